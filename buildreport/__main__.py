@@ -1,0 +1,3 @@
+from buildreport.cli import main
+
+main()

@@ -1,0 +1,216 @@
+"""The JSON API: thin handlers from parsed parameters to one storage call to an encoded response."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, urlencode
+
+import msgspec
+from litestar import Request, Response, Router, get
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import PathParameter, QueryParameter
+
+from buildreport import filters
+from buildreport.auth import READ_SCOPE, AuthMiddleware, Principal, RateLimiter
+from buildreport.errors import NotFound
+from buildreport.models import Build, BuildSummary, BuildURL, Problem, Usage
+from buildreport.signing import LinkClaims, LinkSigner
+from buildreport.store.reader import Reader
+from buildreport.times import US_PER_SECOND, format_us, from_us
+
+_ENCODE = msgspec.json.encode
+Pairs = list[tuple[str, str]]
+
+
+def now_us() -> int:
+    return int(time.time() * US_PER_SECOND)
+
+
+def query_pairs(request: Request[Any, Any, Any]) -> Pairs:
+    """Query parameters in order, blank values kept, so `limit=` is an error rather than the default."""
+    return parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True, errors="replace")
+
+
+def _etag_matches(header: str | None, etag: str) -> bool:
+    if not header:
+        return False
+    if header.strip() == "*":
+        return True
+    return any(tag.strip().removeprefix("W/") == etag for tag in header.split(","))
+
+
+def json_response(request: Request[Any, Any, Any], body: bytes, headers: dict[str, str] | None = None) -> Response:
+    """A JSON answer with an ETag; 304 with no body when the client already has it."""
+    etag = '"' + hashlib.md5(body, usedforsecurity=False).hexdigest() + '"'
+    out = {"ETag": etag, "Cache-Control": "private, no-cache", "Vary": "Authorization", **(headers or {})}
+    if _etag_matches(request.headers.get("if-none-match"), etag):
+        return Response(content=b"", status_code=304, headers=out)
+    return Response(content=body, media_type="application/json", headers=out)
+
+
+def _principal(request: Request[Any, Any, Any]) -> Principal:
+    return request.scope["auth"]
+
+
+def _reader(request: Request[Any, Any, Any]) -> Reader:
+    return request.app.state.reader
+
+
+def _errors(*codes: int) -> dict[int, ResponseSpec]:
+    described = {
+        400: "Invalid parameters; `invalid_params` names each.",
+        401: "Missing, unknown, expired or revoked token.",
+        403: "The token lacks the build:read scope.",
+        404: "No such build for this account.",
+        429: "Rate limit reached; see Retry-After.",
+    }
+    return {
+        code: ResponseSpec(Problem, description=described[code], media_type="application/problem+json")
+        for code in codes
+    }
+
+
+TagsParam = Annotated[
+    str | None,
+    QueryParameter(description="Comma-separated `KEY:VALUE` pairs; a build must carry every pair. May be repeated."),
+]
+StatusParam = Annotated[
+    str | None, QueryParameter(description="One or more comma-separated build statuses. May be repeated.")
+]
+FromParam = Annotated[
+    str | None,
+    QueryParameter(description="ISO 8601 date or date-time; builds created at or after it. Default: 24 hours ago."),
+]
+ToParam = Annotated[
+    str | None, QueryParameter(description="ISO 8601 date or date-time; builds created before it. Default: no bound.")
+]
+
+
+@get(
+    "/builds",
+    operation_id="listBuilds",
+    summary="List builds, newest first",
+    description="A plain array of builds. When more match than `limit`, a `Link: <…>; rel=\"next\"` header "
+    "points at the next page.",
+    responses={200: ResponseSpec(list[Build], description="Builds, newest first."), **_errors(400, 401, 403, 429)},
+)
+async def list_builds(
+    request: Request[Any, Any, Any],
+    tags: TagsParam = None,
+    create_time_from: FromParam = None,
+    create_time_to: ToParam = None,
+    status: StatusParam = None,
+    limit: Annotated[str | None, QueryParameter(description="1 to 10000; default 500.")] = None,
+    derivation_path: Annotated[str | None, QueryParameter(description="Exact derivation path.")] = None,
+    cursor: Annotated[str | None, QueryParameter(description="Opaque; taken from a `Link` header.")] = None,
+) -> Response[bytes]:
+    pairs = query_pairs(request)
+    query = filters.parse_list_query(pairs, now_us())
+    page = await _reader(request).list_builds(_principal(request).account_id, query)
+    headers = {}
+    if page.next_cursor is not None:
+        headers["Link"] = f'<{_next_url(request, pairs, query, page.next_cursor)}>; rel="next"'
+    return json_response(request, b"[" + b",".join(page.bodies) + b"]", headers)
+
+
+def _next_url(request: Request[Any, Any, Any], pairs: Pairs, query: filters.ListQuery, cursor: filters.Cursor) -> str:
+    """The same request from the next page on, with the time window fixed so pages do not drift."""
+    kept = [(k, v) for k, v in pairs if k not in ("cursor", "create_time_from")]
+    kept.append(("create_time_from", format_us(query.filter.create_from_us)))
+    kept.append(("cursor", cursor.encode()))
+    return f"{request.app.state.settings.base_url}/builds?{urlencode(kept)}"
+
+
+@get(
+    "/builds/summary",
+    operation_id="summarizeBuilds",
+    summary="Counts and totals over the builds a filter selects",
+    responses={200: ResponseSpec(BuildSummary, description="The summary."), **_errors(400, 401, 403, 429)},
+)
+async def summarize_builds(
+    request: Request[Any, Any, Any],
+    tags: TagsParam = None,
+    create_time_from: FromParam = None,
+    create_time_to: ToParam = None,
+    status: StatusParam = None,
+) -> Response[bytes]:
+    now = now_us()
+    build_filter = filters.parse_summary_query(query_pairs(request), now)
+    summary = await _reader(request).summary(_principal(request).account_id, build_filter, now)
+    return json_response(request, _ENCODE(summary))
+
+
+BuildIdParam = Annotated[str, PathParameter(description="Positive 64-bit build identifier.")]
+
+
+async def _require_build(request: Request[Any, Any, Any], build_id: str) -> tuple[int, bytes]:
+    number = filters.parse_build_id(build_id)
+    body = await _reader(request).build(_principal(request).account_id, number)
+    if body is None:
+        raise NotFound(f"No build {number} in this account")
+    return number, body
+
+
+@get(
+    "/builds/{build_id:str}",
+    operation_id="getBuild",
+    summary="One build",
+    responses={200: ResponseSpec(Build, description="The build."), **_errors(400, 401, 403, 404, 429)},
+)
+async def get_build(request: Request[Any, Any, Any], build_id: BuildIdParam) -> Response[bytes]:
+    filters.parse_no_params(query_pairs(request))
+    _, body = await _require_build(request, build_id)
+    return json_response(request, body)
+
+
+@get(
+    "/builds/{build_id:str}/url",
+    operation_id="getBuildUrl",
+    summary="A signed, time-limited web link to a build's page and log",
+    responses={200: ResponseSpec(BuildURL, description="The link."), **_errors(400, 401, 403, 404, 429)},
+)
+async def get_build_url(
+    request: Request[Any, Any, Any],
+    build_id: BuildIdParam,
+    ttl_seconds: Annotated[str | None, QueryParameter(description="Lifetime, 1 to 604800 seconds; default 3600.")] = None,
+) -> Response[bytes]:
+    ttl = filters.parse_ttl(query_pairs(request))
+    number, _ = await _require_build(request, build_id)
+    # Whole seconds, rounded up: the link lives at least `ttl` seconds and `expires_at` is exact.
+    expires_us = -(-(now_us() + ttl * US_PER_SECOND) // US_PER_SECOND) * US_PER_SECOND
+    signer: LinkSigner = request.app.state.signer
+    token = signer.sign(LinkClaims(_principal(request).account_id, number, expires_us))
+    url = f"{request.app.state.settings.base_url}/b/{token}"
+    return json_response(request, _ENCODE(BuildURL(build_id=number, url=url, expires_at=from_us(expires_us))))
+
+
+@get(
+    "/usage",
+    operation_id="getUsage",
+    summary="Billable usage by stop date",
+    responses={200: ResponseSpec(Usage, description="Usage in the range."), **_errors(400, 401, 403, 429)},
+)
+async def get_usage(
+    request: Request[Any, Any, Any],
+    from_: Annotated[
+        str | None, QueryParameter(name="from", description="Date YYYY-MM-DD; default: first day of this month (UTC).")
+    ] = None,
+    to: Annotated[str | None, QueryParameter(description="Date YYYY-MM-DD, exclusive; default: no bound.")] = None,
+) -> Response[bytes]:
+    query = filters.parse_usage_query(query_pairs(request), now_us())
+    usage = await _reader(request).usage(_principal(request).account_id, query)
+    return json_response(request, _ENCODE(usage))
+
+
+def api_router(rate_limit: int) -> Router:
+    limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
+    return Router(
+        path="/",
+        route_handlers=[list_builds, summarize_builds, get_build, get_build_url, get_usage],
+        middleware=[AuthMiddleware("reader", limiter)],
+        opt={"scope": READ_SCOPE},
+        tags=["builds"],
+        security=[{"bearer": []}],
+    )

@@ -1,0 +1,131 @@
+"""create_app(settings): the Litestar application with its routes, errors, OpenAPI and lifespan."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from litestar import Litestar, MediaType, Request, Response, get
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsException, ProblemDetailsPlugin
+
+from buildreport import __version__
+from buildreport.api import api_router
+from buildreport.config import Settings, load_secret_keys
+from buildreport.envelope import Envelope, request_id
+from buildreport.errors import Problem
+from buildreport.models import Health
+from buildreport.signing import LinkSigner
+from buildreport.store.reader import Reader
+from buildreport.store.schema import open_database
+
+log = logging.getLogger("buildreport")
+
+
+def _http_problem(exc: HTTPException) -> ProblemDetailsException:
+    """Litestar's own errors (unknown path, wrong method, …) in the same problem shape as ours."""
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        allowed = {m.strip() for m in headers.get("allow", headers.get("Allow", "")).split(",") if m.strip()}
+        if "GET" in allowed:
+            allowed.add("HEAD")
+        headers = {k: v for k, v in headers.items() if k.lower() != "allow"}
+        headers["Allow"] = ", ".join(sorted(allowed))
+    detail = exc.detail
+    if exc.status_code == 404:
+        detail = "No such resource"
+    elif exc.status_code == 405:
+        detail = f"Method not allowed; use {headers['Allow']}"
+    return Problem(exc.status_code, detail, headers=headers or None)
+
+
+def _database_problem(exc: sqlite3.Error) -> ProblemDetailsException:
+    log.error("database error: %s", exc)
+    return Problem(503, "The database cannot be read right now; try again shortly", headers={"Retry-After": "5"})
+
+
+def _internal_problem(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.exception("unhandled error")
+    problem = Problem(500, f"Internal error; quote request id {request_id.get()} when reporting it")
+    return problem.to_response(request)
+
+
+@get("/healthz", operation_id="health", summary="Health: 200 when the database answers", tags=["service"])
+async def healthz(request: Request[Any, Any, Any]) -> Response[bytes]:
+    reader: Reader = request.app.state.reader
+    try:
+        await reader.ping()
+    except sqlite3.Error as exc:
+        return Response(
+            content=msgspec.json.encode(Health(status=f"database unavailable: {exc}")),
+            status_code=503,
+            media_type=MediaType.JSON,
+        )
+    return Response(content=msgspec.json.encode(Health(status="ok")), media_type=MediaType.JSON)
+
+
+def _openapi() -> OpenAPIConfig:
+    return OpenAPIConfig(
+        title="buildreport",
+        version=__version__,
+        description="Read-only reports on remote Nix builds: builds, summaries, signed links and usage.",
+        path="/docs",
+        render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
+        components=Components(
+            security_schemes={
+                "bearer": SecurityScheme(type="http", scheme="bearer", description="A `brt_…` API token")
+            }
+        ),
+        use_handler_docstrings=False,
+    )
+
+
+def create_litestar(settings: Settings) -> Litestar:
+    open_database(settings.db).close()  # creates or migrates before any request
+    signer = LinkSigner(load_secret_keys(settings))
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        app.state.reader = await Reader.open(settings.db)
+        try:
+            yield
+        finally:
+            await app.state.reader.close()
+
+    from buildreport.web import web_router  # the signed page is a second face over the same reader
+
+    return Litestar(
+        route_handlers=[api_router(settings.rate_limit), web_router(), healthz],
+        lifespan=[lifespan],
+        plugins=[
+            ProblemDetailsPlugin(
+                ProblemDetailsConfig(
+                    exception_to_problem_detail_map={HTTPException: _http_problem, sqlite3.Error: _database_problem}
+                )
+            )
+        ],
+        exception_handlers={Exception: _internal_problem},
+        openapi_config=_openapi(),
+        state=State({"settings": settings, "signer": signer}),
+        logging_config=None,
+        debug=False,
+    )
+
+
+def create_app(settings: Settings) -> Envelope:
+    return Envelope(create_litestar(settings), log_requests=settings.access_log)
+
+
+def app_from_env() -> Envelope:
+    """The factory uvicorn workers call; settings come from the environment `serve` prepared."""
+    from buildreport.config import from_env
+
+    return create_app(from_env())

@@ -1,0 +1,156 @@
+"""Bearer tokens: their format and digest, the check on every API request, scopes and rate limits."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import re
+import secrets
+import time
+from typing import Any
+
+import msgspec
+from litestar.middleware import ASGIMiddleware
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from buildreport.errors import Problem
+from buildreport.store.reader import Reader, TokenRow
+from buildreport.times import US_PER_SECOND
+
+TOKEN_PREFIX = "brt_"
+TOKEN_ID_PREFIX = "tok_"
+SCOPES = ("build:read", "build:write")
+READ_SCOPE = "build:read"
+REALM = 'Bearer realm="buildreport"'
+# Written at most once a minute per token, so reads never turn into a stream of writes.
+LAST_USED_RESOLUTION_US = 60 * US_PER_SECOND
+_TOKEN_SHAPE = re.compile(r"brt_[A-Za-z0-9_-]{43}")
+
+
+class Principal(msgspec.Struct, frozen=True):
+    """Who is asking: the account a token belongs to, and what it may do."""
+
+    token_id: str
+    account_id: int
+    account: str
+    scopes: frozenset[str]
+
+
+def new_token() -> tuple[str, str, bytes]:
+    """(public id, secret, digest) for a new token; only the digest is ever stored."""
+    secret = TOKEN_PREFIX + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
+    return TOKEN_ID_PREFIX + secrets.token_hex(8), secret, digest(secret)
+
+
+def digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def _unauthorized(detail: str, *, presented: bool) -> Problem:
+    challenge = REALM + (f', error="invalid_token", error_description="{detail}"' if presented else "")
+    return Problem(401, detail, headers={"WWW-Authenticate": challenge})
+
+
+def bearer_secret(headers: list[tuple[bytes, bytes]]) -> str:
+    """The token of an `Authorization: Bearer` header, or a 401 that says what is wrong."""
+    values = [v for k, v in headers if k == b"authorization"]
+    if not values:
+        raise _unauthorized("An Authorization: Bearer token is required", presented=False)
+    scheme, _, secret = values[0].decode("latin-1").strip().partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not secret:
+        raise _unauthorized("The Authorization header must be 'Bearer <token>'", presented=False)
+    if len(values) > 1 or not _TOKEN_SHAPE.fullmatch(secret):
+        raise _unauthorized("The token is malformed", presented=True)
+    return secret
+
+
+def check_token(row: TokenRow | None, now_us: int) -> TokenRow:
+    if row is None:
+        raise _unauthorized("The token is not known", presented=True)
+    if row.revoked_us is not None and row.revoked_us <= now_us:
+        raise _unauthorized("The token has been revoked", presented=True)
+    if row.expires_us <= now_us:
+        raise _unauthorized("The token has expired", presented=True)
+    return row
+
+
+def require_scope(principal: Principal, scope: str) -> None:
+    if scope not in principal.scopes:
+        challenge = f'{REALM}, error="insufficient_scope", scope="{scope}"'
+        raise Problem(403, f"The token lacks the {scope} scope", headers={"WWW-Authenticate": challenge})
+
+
+class RateLimiter:
+    """A fixed one-minute window per token, kept in this process."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._windows: dict[str, tuple[int, int]] = {}
+
+    def hit(self, key: str, now: float) -> dict[str, str]:
+        """Count one request; the RateLimit headers for it, or a 429 once the window is used up."""
+        window = int(now // 60)
+        start, used = self._windows.get(key, (window, 0))
+        if start != window:
+            if len(self._windows) > 100_000:
+                self._windows.clear()
+            start, used = window, 0
+        reset = max(1, math.ceil((window + 1) * 60 - now))
+        if used >= self.per_minute:
+            headers = self._headers(0, reset)
+            headers["Retry-After"] = str(reset)
+            raise Problem(429, f"Rate limit of {self.per_minute} requests a minute reached", headers=headers)
+        self._windows[key] = (start, used + 1)
+        return self._headers(self.per_minute - used - 1, reset)
+
+    def _headers(self, remaining: int, reset: int) -> dict[str, str]:
+        return {
+            "RateLimit-Limit": str(self.per_minute),
+            "RateLimit-Remaining": str(remaining),
+            "RateLimit-Reset": str(reset),
+        }
+
+
+class AuthMiddleware(ASGIMiddleware):
+    """Turns the bearer token into a Principal in `scope["auth"]`, or answers 401, 403 or 429."""
+
+    def __init__(self, reader_key: str, limiter: RateLimiter | None) -> None:
+        self.reader_key = reader_key
+        self.limiter = limiter
+        self._touched: dict[str, int] = {}
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        reader: Reader = getattr(scope["litestar_app"].state, self.reader_key)
+        now = time.time()
+        now_us = int(now * US_PER_SECOND)
+        row = check_token(await reader.token(digest(bearer_secret(scope["headers"]))), now_us)
+        principal = Principal(row.token_id, row.account_id, row.account, row.scopes)
+        required = scope["route_handler"].opt.get("scope", READ_SCOPE)
+        require_scope(principal, required)
+        extra: dict[str, str] = self.limiter.hit(row.token_id, now) if self.limiter is not None else {}
+        await self._touch(reader, row, now_us)
+        scope["auth"] = principal
+        await next_app(scope, receive, _with_headers(send, extra) if extra else send)
+
+    async def _touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
+        last = max(row.last_used_us or 0, self._touched.get(row.token_id, 0))
+        if now_us - last >= LAST_USED_RESOLUTION_US:
+            self._touched[row.token_id] = now_us
+            await reader.touch_token(row.token_id, now_us)
+
+
+def _with_headers(send: Send, headers: dict[str, str]) -> Send:
+    encoded = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", []), *encoded]
+        await send(message)
+
+    return wrapped
+
+
+def principal_of(scope: Any) -> Principal:
+    return scope["auth"]

@@ -1,0 +1,95 @@
+"""The demo: sample data shifted to end now, a token for each account, and lines to try."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import msgspec
+
+from buildreport.auth import new_token
+from buildreport.config import Settings, load_secret_keys
+from buildreport.ingest import import_files, open_lines
+from buildreport.models import ImportRecord
+from buildreport.signing import LinkClaims, LinkSigner
+from buildreport.store.admin import ensure_account, insert_token
+from buildreport.times import US_PER_DAY, US_PER_SECOND, to_us
+
+DEMO_LINK_TTL_US = US_PER_DAY
+
+
+
+def newest_create_us(path: Path) -> int:
+    """The newest creation time in a sample file."""
+    decoder = msgspec.json.Decoder(ImportRecord)
+    newest = 0
+    with open_lines(path) as lines:
+        for line in lines:
+            if line.strip():
+                newest = max(newest, to_us(decoder.decode(line).create_time))
+    return newest
+
+
+def prepare_demo(conn: sqlite3.Connection, settings: Settings, sample: Path, now_us: int) -> list[str]:
+    """Load the sample into `conn` and return what to print: tokens, curl lines, a signed link."""
+    shift = timedelta(microseconds=now_us - newest_create_us(sample))
+
+    def shifted(record: ImportRecord) -> ImportRecord:
+        return msgspec.structs.replace(
+            record, create_time=record.create_time + shift, start_time=record.start_time + shift
+        )
+
+    result = import_files(conn, [sample], now_us, transform=shifted)
+    accounts = [row[0] for row in conn.execute("SELECT name FROM accounts ORDER BY account_id")]
+    base = settings.base_url
+    lines = [f"buildreport demo: {result.records} sample builds in {settings.db}", ""]
+    first_secret = ""
+    with conn:
+        conn.execute("BEGIN IMMEDIATE")
+        for name in accounts:
+            account_id = ensure_account(conn, name, now_us)
+            token_id, secret, digest = new_token()
+            insert_token(
+                conn,
+                token_id=token_id,
+                account_id=account_id,
+                digest=digest,
+                scopes=("build:read",),
+                label="demo",
+                now_us=now_us,
+                expires_us=now_us + 30 * US_PER_DAY,
+            )
+            first_secret = first_secret or secret
+            lines.append(f"token for account {name}: {secret}")
+    lines += [
+        "",
+        "Try:",
+        f"  export TOKEN={first_secret}",
+        f'  curl -H "Authorization: Bearer $TOKEN" "{base}/builds?limit=3"',
+        f'  curl -H "Authorization: Bearer $TOKEN" "{base}/builds?status=build_failed,timeout&limit=5"',
+        f'  curl -H "Authorization: Bearer $TOKEN" "{base}/builds/summary?create_time_from=2000-01-01"',
+        f'  curl -H "Authorization: Bearer $TOKEN" "{base}/usage"',
+        f"  API docs: {base}/docs",
+    ]
+    link = _demo_link(conn, settings, accounts[0] if accounts else None, now_us)
+    if link:
+        lines.append(f"  A build page (no token needed): {link}")
+    lines.append("")
+    return lines
+
+
+def _demo_link(conn: sqlite3.Connection, settings: Settings, account: str | None, now_us: int) -> str | None:
+    """A signed link to the newest failed build of the first account, valid for a day."""
+    if account is None:
+        return None
+    row = conn.execute(
+        "SELECT b.account_id, b.build_id FROM builds b JOIN accounts a USING (account_id)"
+        " WHERE a.name = ? AND b.status = 'build_failed' ORDER BY b.create_us DESC LIMIT 1",
+        (account,),
+    ).fetchone()
+    if row is None:
+        return None
+    expires_us = (now_us + DEMO_LINK_TTL_US) // US_PER_SECOND * US_PER_SECOND
+    token = LinkSigner(load_secret_keys(settings)).sign(LinkClaims(row[0], row[1], expires_us))
+    return f"{settings.base_url}/b/{token}"

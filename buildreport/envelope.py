@@ -1,0 +1,66 @@
+"""The outermost ASGI layer: a request id on every response and log line, HEAD served as GET, access log."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import re
+import time
+import uuid
+
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+REQUEST_ID_HEADER = b"x-request-id"
+_REASONABLE_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+access_log = logging.getLogger("buildreport.access")
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts the current request id on every log record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id.get()
+        return True
+
+
+class Envelope:
+    def __init__(self, app: ASGIApp, *, log_requests: bool = True) -> None:
+        self.app = app
+        self.log_requests = log_requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == REQUEST_ID_HEADER), None)
+        rid = given.decode() if given is not None and _REASONABLE_ID.fullmatch(given) else uuid.uuid4().hex
+        token = request_id.set(rid)
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = {**scope, "method": "GET"}
+        started = time.perf_counter()
+        status = 0
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (REQUEST_ID_HEADER, rid.encode())]
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            if self.log_requests:
+                access_log.info(
+                    '%s "%s %s" %d %.1fms',
+                    scope.get("client", ("-",))[0] if scope.get("client") else "-",
+                    "HEAD" if head else scope["method"],
+                    scope["path"],
+                    status,
+                    (time.perf_counter() - started) * 1000,
+                )
+            request_id.reset(token)

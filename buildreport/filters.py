@@ -1,0 +1,245 @@
+"""Query strings turned into typed filters: pure functions, no SQL and no HTTP."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from buildreport.errors import InvalidParams
+from buildreport.models import BuildStatus, InvalidParam
+from buildreport.times import US_PER_DAY, date_to_us, month_start_us, parse_date, parse_moment
+
+MAX_LIMIT = 10_000
+DEFAULT_LIMIT = 500
+MAX_TTL_SECONDS = 604_800
+DEFAULT_TTL_SECONDS = 3_600
+MAX_BUILD_ID = 2**63 - 1
+_STATUSES = ", ".join(s.value for s in BuildStatus)
+_DIGITS = re.compile(r"[0-9]+")
+
+Pairs = Sequence[tuple[str, str]]
+
+
+class BuildFilter(msgspec.Struct, frozen=True):
+    """Which builds of an account a list or summary covers: `create_from_us <= create_time < create_to_us`."""
+
+    create_from_us: int
+    create_to_us: int | None = None
+    statuses: tuple[BuildStatus, ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()
+    derivation_path: str | None = None
+
+
+class Cursor(msgspec.Struct, frozen=True, array_like=True):
+    """The position after the last build of a page, in list order."""
+
+    create_us: int
+    build_id: int
+
+    def encode(self) -> str:
+        return base64.urlsafe_b64encode(msgspec.json.encode(self)).rstrip(b"=").decode()
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            return msgspec.json.decode(raw, type=cls)
+        except (binascii.Error, ValueError, msgspec.DecodeError) as exc:
+            raise ValueError("not a cursor this server issued; follow the Link header of the previous page") from exc
+
+
+class ListQuery(msgspec.Struct, frozen=True):
+    filter: BuildFilter
+    limit: int = DEFAULT_LIMIT
+    cursor: Cursor | None = None
+
+
+class UsageQuery(msgspec.Struct, frozen=True):
+    """Billable builds whose stop time falls in `from_us <= stop < to_us`."""
+
+    from_us: int
+    to_us: int | None = None
+
+
+class _Params:
+    """Collects query parameters and every problem with them, so one 400 names them all."""
+
+    def __init__(self, pairs: Pairs, allowed: Iterable[str], repeatable: Iterable[str] = ()) -> None:
+        self.errors: list[InvalidParam] = []
+        self.values: dict[str, list[str]] = {}
+        allowed_set, repeatable_set = set(allowed), set(repeatable)
+        for name, value in pairs:
+            if name not in allowed_set:
+                self.fail(name, f"unknown parameter; allowed here: {', '.join(sorted(allowed_set)) or 'none'}")
+                continue
+            seen = self.values.setdefault(name, [])
+            if seen and name not in repeatable_set:
+                self.fail(name, "given more than once")
+            seen.append(value)
+
+    def fail(self, name: str, reason: str) -> None:
+        self.errors.append(InvalidParam(name=name, reason=reason))
+
+    def single(self, name: str) -> str | None:
+        values = self.values.get(name)
+        return values[0] if values else None
+
+    def joined(self, name: str) -> list[str] | None:
+        values = self.values.get(name)
+        return ",".join(values).split(",") if values is not None else None
+
+    def raise_if_failed(self) -> None:
+        if self.errors:
+            raise InvalidParams(self.errors)
+
+
+def _parse_tags(params: _Params) -> tuple[tuple[str, str], ...]:
+    items = params.joined("tags")
+    if items is None:
+        return ()
+    tags: dict[tuple[str, str], None] = {}
+    for item in items:
+        key, colon, value = item.partition(":")
+        if not colon:
+            params.fail("tags", f"{item!r} is not KEY:VALUE")
+        elif not key:
+            params.fail("tags", f"{item!r} has an empty key")
+        else:
+            tags[(key, value)] = None
+    return tuple(tags)
+
+
+def _parse_statuses(params: _Params) -> tuple[BuildStatus, ...]:
+    items = params.joined("status")
+    if items is None:
+        return ()
+    statuses: dict[BuildStatus, None] = {}
+    for item in items:
+        try:
+            statuses[BuildStatus(item)] = None
+        except ValueError:
+            params.fail("status", f"{item!r} is not a build status; allowed: {_STATUSES}")
+    return tuple(statuses)
+
+
+def _parse_moment(params: _Params, name: str) -> int | None:
+    text = params.single(name)
+    if text is None:
+        return None
+    try:
+        return parse_moment(text)
+    except ValueError as exc:
+        params.fail(name, f"{text!r}: {exc}")
+        return None
+
+
+def _parse_int(params: _Params, name: str, low: int, high: int, default: int) -> int:
+    text = params.single(name)
+    if text is None:
+        return default
+    if not _DIGITS.fullmatch(text) or not low <= int(text) <= high:
+        params.fail(name, f"{text!r} is not an integer from {low} to {high}")
+        return default
+    return int(text)
+
+
+def _check_range(params: _Params, low: int | None, high: int | None, low_name: str, high_name: str) -> None:
+    if low is not None and high is not None and low > high:
+        params.fail(low_name, f"{low_name} is later than {high_name}")
+
+
+def _parse_filter(params: _Params, now_us: int) -> BuildFilter:
+    create_from = _parse_moment(params, "create_time_from")
+    create_to = _parse_moment(params, "create_time_to")
+    if create_from is None:
+        create_from = now_us - US_PER_DAY
+        if create_to is not None and create_to < create_from:
+            # Only an explicit `from` can be wrong; an early `to` with the default `from` selects nothing.
+            create_to = create_from
+    else:
+        _check_range(params, create_from, create_to, "create_time_from", "create_time_to")
+    derivation_path = params.single("derivation_path")
+    if derivation_path == "":
+        params.fail("derivation_path", "must not be empty")
+    return BuildFilter(
+        create_from_us=create_from,
+        create_to_us=create_to,
+        statuses=_parse_statuses(params),
+        tags=_parse_tags(params),
+        derivation_path=derivation_path,
+    )
+
+
+_FILTER_PARAMS = ("tags", "create_time_from", "create_time_to", "status")
+_REPEATABLE = ("tags", "status")
+
+
+def parse_list_query(pairs: Pairs, now_us: int) -> ListQuery:
+    """Parameters of GET /builds."""
+    params = _Params(pairs, (*_FILTER_PARAMS, "limit", "derivation_path", "cursor"), _REPEATABLE)
+    build_filter = _parse_filter(params, now_us)
+    limit = _parse_int(params, "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
+    cursor = None
+    if (text := params.single("cursor")) is not None:
+        try:
+            cursor = Cursor.decode(text)
+        except ValueError as exc:
+            params.fail("cursor", str(exc))
+    params.raise_if_failed()
+    return ListQuery(filter=build_filter, limit=limit, cursor=cursor)
+
+
+def parse_summary_query(pairs: Pairs, now_us: int) -> BuildFilter:
+    """Parameters of GET /builds/summary: the list filters without `limit` and `derivation_path`."""
+    params = _Params(pairs, _FILTER_PARAMS, _REPEATABLE)
+    build_filter = _parse_filter(params, now_us)
+    params.raise_if_failed()
+    return build_filter
+
+
+def parse_usage_query(pairs: Pairs, now_us: int) -> UsageQuery:
+    """Parameters of GET /usage: whole UTC dates."""
+    params = _Params(pairs, ("from", "to"))
+    bounds: dict[str, int | None] = {}
+    for name in ("from", "to"):
+        text = params.single(name)
+        bounds[name] = None
+        if text is None:
+            continue
+        try:
+            bounds[name] = date_to_us(parse_date(text))
+        except ValueError as exc:
+            reason = "a date (YYYY-MM-DD) is expected, not a date-time" if "T" in text.upper() else str(exc)
+            params.fail(name, f"{text!r}: {reason}")
+    from_us = bounds["from"] if bounds["from"] is not None else month_start_us(now_us)
+    if bounds["from"] is not None:
+        _check_range(params, from_us, bounds["to"], "from", "to")
+    params.raise_if_failed()
+    to_us = bounds["to"]
+    if to_us is not None and to_us < from_us:
+        to_us = from_us
+    return UsageQuery(from_us=from_us, to_us=to_us)
+
+
+def parse_ttl(pairs: Pairs) -> int:
+    """Parameters of GET /builds/{id}/url."""
+    params = _Params(pairs, ("ttl_seconds",))
+    ttl = _parse_int(params, "ttl_seconds", 1, MAX_TTL_SECONDS, DEFAULT_TTL_SECONDS)
+    params.raise_if_failed()
+    return ttl
+
+
+def parse_no_params(pairs: Pairs) -> None:
+    params = _Params(pairs, ())
+    params.raise_if_failed()
+
+
+def parse_build_id(text: str) -> int:
+    """The `{build_id}` of a path: a positive 64-bit integer."""
+    if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= MAX_BUILD_ID:
+        raise InvalidParams([InvalidParam(name="build_id", reason=f"{text!r} is not a positive 64-bit integer")])
+    return int(text)

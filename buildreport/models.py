@@ -1,0 +1,143 @@
+"""The msgspec structs that define every shape buildreport reads or writes.
+
+They are the single source of the schema: responses are encoded from them, the
+OpenAPI document is generated from them and the import format is decoded by them.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Annotated
+
+import msgspec
+
+BuildId = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1, description="Positive 64-bit build identifier.")]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True, description="RFC 3339 time with an offset; returned in UTC.")]
+AccountName = Annotated[
+    str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$", description="Short account name, e.g. `acme`.")
+]
+
+
+class BuildStatus(enum.StrEnum):
+    """Where a build ended up, or where it is now."""
+
+    built = "built"
+    build_failed = "build_failed"
+    cancelled = "cancelled"
+    timeout = "timeout"
+    internal_error = "internal_error"
+    out_of_memory = "out_of_memory"
+    max_memory_exceeded = "max_memory_exceeded"
+    client_disconnect = "client_disconnect"
+    client_error = "client_error"
+    pending = "pending"
+    running = "running"
+
+
+SUCCESSFUL = frozenset({BuildStatus.built})
+FAILED = frozenset(
+    {
+        BuildStatus.build_failed,
+        BuildStatus.cancelled,
+        BuildStatus.timeout,
+        BuildStatus.max_memory_exceeded,
+        BuildStatus.client_disconnect,
+        BuildStatus.client_error,
+    }
+)
+# Failures of the service, not of the user: not billed, and the service restarts them.
+DISCARDED = frozenset({BuildStatus.internal_error, BuildStatus.out_of_memory})
+UNFINISHED = frozenset({BuildStatus.pending, BuildStatus.running})
+BILLABLE = SUCCESSFUL | FAILED
+
+
+class BuildOutput(msgspec.Struct, forbid_unknown_fields=True):
+    """One store path a build produced."""
+
+    name: str
+    path: str
+    nar_hash: str
+    nar_size_bytes: NonNegativeInt
+
+
+class Build(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One remote build of a derivation."""
+
+    build_id: BuildId
+    create_time: UtcDatetime
+    start_time: UtcDatetime
+    queue_time_seconds: NonNegativeFloat
+    duration_seconds: NonNegativeFloat | None = None
+    build_status: BuildStatus
+    status_message: str | None = None
+    cpu_count: Annotated[int, msgspec.Meta(ge=1)]
+    allocated_megabytes: NonNegativeInt
+    cpu_seconds: NonNegativeInt
+    average_cpu_utilization: NonNegativeFloat | None = None
+    peak_memory_use_kilobytes: NonNegativeInt | None = None
+    peak_storage_use_kilobytes: NonNegativeInt | None = None
+    derivation_path: Annotated[str, msgspec.Meta(min_length=1)]
+    outputs: list[BuildOutput] = msgspec.field(default_factory=list)
+    system: Annotated[str, msgspec.Meta(min_length=1)]
+    tags: dict[str, str] = msgspec.field(default_factory=dict)
+    restart_of_build_id: BuildId | None = None
+    restarted_as_build_id: BuildId | None = None
+
+
+class BuildSummary(msgspec.Struct):
+    """Counts and totals over every build a filter selects."""
+
+    build_count: int
+    running_build_count: int
+    discarded_build_count: int
+    failed_build_count: int
+    successful_build_count: int
+    total_cpu_seconds: int
+    billable_cpu_seconds: int
+    total_duration_seconds: float
+    wall_time_seconds: float
+    total_output_nar_size_kilobytes: int
+
+
+class BuildURL(msgspec.Struct):
+    """A signed, time-limited web address for one build's page and log."""
+
+    build_id: int
+    url: str
+    expires_at: datetime
+
+
+class Usage(msgspec.Struct):
+    """Billable usage over a range of stop dates."""
+
+    billable_cpu_seconds: int
+    billable_build_count: int
+
+
+class Health(msgspec.Struct):
+    status: str
+
+
+class ImportRecord(Build, kw_only=True, forbid_unknown_fields=True):
+    """One line of an import file: a Build, its account and, optionally, its log."""
+
+    account: AccountName
+    log: str | None = None
+
+
+class InvalidParam(msgspec.Struct):
+    name: str
+    reason: str
+
+
+class Problem(msgspec.Struct, omit_defaults=True):
+    """An RFC 9457 problem document, the body of every error."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    invalid_params: list[InvalidParam] | None = None

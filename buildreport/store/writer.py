@@ -1,0 +1,255 @@
+"""The writer used by import: upserts builds, their tags and logs, and keeps restart links two-way.
+
+It runs inside a transaction the caller owns; a conflict is reported, not raised, so that one
+import can name every bad record before the caller rolls everything back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import zlib
+from collections.abc import Callable, Sequence
+from datetime import UTC
+
+import msgspec
+
+from buildreport.models import Build, ImportRecord
+from buildreport.times import to_us
+
+_BUILD_FIELDS = Build.__struct_fields__
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(Build)
+# SQLite allows 32766 variables a statement; a batch stays well below it.
+BATCH_SIZE = 2000
+
+Conflict = Callable[[object, str, str], None]  # (location, field, reason)
+
+
+class WriteStats(msgspec.Struct):
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+
+class _Row(msgspec.Struct):
+    """What the builds table holds for one build, plus its tags and log."""
+
+    location: object
+    account_id: int
+    build: Build
+    log: bytes | None  # compressed
+    log_size: int
+
+    def values(self) -> tuple:
+        b = self.build
+        start_us = to_us(b.start_time)
+        duration_us = round(b.duration_seconds * 1_000_000) if b.duration_seconds is not None else None
+        return (
+            b.build_id,
+            self.account_id,
+            to_us(b.create_time),
+            start_us,
+            duration_us,
+            start_us + duration_us if duration_us is not None else None,
+            b.build_status.value,
+            b.cpu_seconds,
+            sum(o.nar_size_bytes for o in b.outputs),
+            b.derivation_path,
+            b.restart_of_build_id,
+            b.restarted_as_build_id,
+            _ENCODER.encode(b),
+        )
+
+
+class _Existing(msgspec.Struct):
+    account_id: int
+    create_us: int
+    restart_of: int | None
+    restarted_as: int | None
+    body: bytes
+
+
+_UPSERT = """
+INSERT INTO builds (build_id, account_id, create_us, start_us, duration_us, stop_us, status, cpu_seconds,
+                    nar_size_bytes, derivation_path, restart_of_build_id, restarted_as_build_id, body)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (build_id) DO UPDATE SET
+    create_us = excluded.create_us, start_us = excluded.start_us, duration_us = excluded.duration_us,
+    stop_us = excluded.stop_us, status = excluded.status, cpu_seconds = excluded.cpu_seconds,
+    nar_size_bytes = excluded.nar_size_bytes, derivation_path = excluded.derivation_path,
+    restart_of_build_id = excluded.restart_of_build_id, restarted_as_build_id = excluded.restarted_as_build_id,
+    body = excluded.body
+"""
+
+
+def to_build(record: ImportRecord) -> Build:
+    """The Build part of an import record, with its times in UTC."""
+    values = {name: getattr(record, name) for name in _BUILD_FIELDS}
+    for name in ("create_time", "start_time"):
+        moment = values[name]
+        if moment.utcoffset():
+            values[name] = moment.astimezone(UTC)
+        elif moment.tzinfo is not UTC:
+            values[name] = moment.replace(tzinfo=UTC)
+    return Build(**values)
+
+
+class BuildWriter:
+    """Writes import records in batches; `conflict` is told of every record that cannot be written."""
+
+    def __init__(self, conn: sqlite3.Connection, conflict: Conflict, now_us: int) -> None:
+        self._conn = conn
+        self._conflict = conflict
+        self._now_us = now_us
+        self._accounts: dict[str, int] = dict(conn.execute("SELECT name, account_id FROM accounts").fetchall())
+        self._batch: list[tuple[object, ImportRecord]] = []
+        self.stats = WriteStats()
+
+    def add(self, location: object, record: ImportRecord) -> None:
+        self._batch.append((location, record))
+        if len(self._batch) >= BATCH_SIZE:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._batch:
+            self._write(self._batch)
+            self._batch = []
+
+    def account_id(self, name: str) -> int:
+        if name not in self._accounts:
+            cur = self._conn.execute("INSERT INTO accounts (name, created_us) VALUES (?, ?)", (name, self._now_us))
+            self._accounts[name] = int(cur.lastrowid or 0)
+        return self._accounts[name]
+
+    def _existing(self, ids: Sequence[int]) -> dict[int, _Existing]:
+        marks = ",".join("?" * len(ids))
+        rows = self._conn.execute(
+            "SELECT build_id, account_id, create_us, restart_of_build_id, restarted_as_build_id, body"
+            f" FROM builds WHERE build_id IN ({marks})",
+            list(ids),
+        ).fetchall()
+        return {row[0]: _Existing(*row[1:]) for row in rows}
+
+    def _write(self, batch: list[tuple[object, ImportRecord]]) -> None:
+        existing = self._existing([record.build_id for _, record in batch])
+        rows: list[_Row] = []
+        for location, record in batch:
+            row = self._prepare(location, record, existing.get(record.build_id))
+            if row is not None:
+                rows.append(row)
+        self._conn.executemany(_UPSERT, [row.values() for row in rows])
+        self._write_tags(rows, existing)
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)",
+            [(row.build.build_id, row.log_size, row.log) for row in rows if row.log is not None],
+        )
+        self._link_peers(rows)
+
+    def _prepare(self, location: object, record: ImportRecord, old: _Existing | None) -> _Row | None:
+        account_id = self.account_id(record.account)
+        build = to_build(record)
+        if old is not None:
+            if old.account_id != account_id:
+                self._conflict(location, "build_id", f"build {build.build_id} belongs to another account")
+                return None
+            build = self._merge_links(location, build, old)
+            if build is None:
+                return None
+        log = zlib.compress(record.log.encode(), 6) if record.log is not None else None
+        row = _Row(location, account_id, build, log, len(record.log.encode()) if record.log is not None else 0)
+        if old is None:
+            self.stats.created += 1
+        elif old.body == _ENCODER.encode(build) and (log is None or self._same_log(build.build_id, log)):
+            self.stats.unchanged += 1
+            return None
+        else:
+            self.stats.updated += 1
+        return row
+
+    def _merge_links(self, location: object, build: Build, old: _Existing) -> Build | None:
+        """Links already stored (set from the other side) are kept; a different link is a conflict."""
+        links = {}
+        for name, stored in (("restart_of_build_id", old.restart_of), ("restarted_as_build_id", old.restarted_as)):
+            given = getattr(build, name)
+            if given is not None and stored is not None and given != stored:
+                self._conflict(location, name, f"is {given}, but build {build.build_id} is stored with {stored}")
+                return None
+            links[name] = given if given is not None else stored
+        return msgspec.structs.replace(build, **links)
+
+    def _same_log(self, build_id: int, log: bytes) -> bool:
+        row = self._conn.execute("SELECT zlib FROM build_logs WHERE build_id = ?", (build_id,)).fetchone()
+        return row is not None and row[0] == log
+
+    def _write_tags(self, rows: list[_Row], existing: dict[int, _Existing]) -> None:
+        stale = []
+        for row in rows:
+            old = existing.get(row.build.build_id)
+            if old is not None:
+                old_tags = _DECODER.decode(old.body).tags
+                stale += [(row.account_id, k, v, old.create_us, row.build.build_id) for k, v in old_tags.items()]
+        self._conn.executemany(
+            "DELETE FROM build_tags WHERE account_id = ? AND key = ? AND value = ? AND create_us = ? AND build_id = ?",
+            stale,
+        )
+        fresh = []
+        for row in rows:
+            create_us = to_us(row.build.create_time)
+            fresh += [(row.account_id, k, v, create_us, row.build.build_id) for k, v in row.build.tags.items()]
+        self._conn.executemany(
+            "INSERT OR IGNORE INTO build_tags (account_id, key, value, create_us, build_id) VALUES (?, ?, ?, ?, ?)",
+            fresh,
+        )
+
+    def _link_peers(self, rows: list[_Row]) -> None:
+        """Make every restart link hold in both directions, once both builds are stored."""
+        for row in rows:
+            build = row.build
+            if build.restart_of_build_id is not None:
+                self._link(row, build.restart_of_build_id, "restart_of_build_id", "restarted_as_build_id")
+            if build.restarted_as_build_id is not None:
+                self._link(row, build.restarted_as_build_id, "restarted_as_build_id", "restart_of_build_id")
+        ids = [row.build.build_id for row in rows]
+        if not ids:
+            return
+        by_id = {row.build.build_id: row for row in rows}
+        marks = ",".join("?" * len(ids))
+        pairs = (("restart_of_build_id", "restarted_as_build_id"), ("restarted_as_build_id", "restart_of_build_id"))
+        for column, own in pairs:
+            peers = self._conn.execute(
+                f"SELECT build_id, {column}, account_id FROM builds WHERE {column} IN ({marks})", ids
+            ).fetchall()
+            for peer_id, target, peer_account in peers:
+                row = by_id[target]
+                if peer_account != row.account_id:
+                    self._conflict(row.location, own, f"build {peer_id} of another account links to this build")
+                elif getattr(row.build, own) is None:
+                    self._set_link(target, own, peer_id)
+                    row.build = msgspec.structs.replace(row.build, **{own: peer_id})
+
+    def _link(self, row: _Row, peer_id: int, field: str, peer_field: str) -> None:
+        build_id = row.build.build_id
+        if peer_id == build_id:
+            self._conflict(row.location, field, "a build cannot be linked to itself")
+            return
+        peer = self._conn.execute(
+            f"SELECT account_id, {peer_field} FROM builds WHERE build_id = ?", (peer_id,)
+        ).fetchone()
+        if peer is None:
+            return  # the other build has not been imported yet; its import completes the link
+        peer_account, peer_link = peer
+        if peer_account != row.account_id:
+            self._conflict(row.location, field, f"build {peer_id} belongs to another account")
+        elif peer_link is None:
+            self._set_link(peer_id, peer_field, build_id)
+        elif peer_link != build_id:
+            self._conflict(row.location, field, f"build {peer_id} already has {peer_field} {peer_link}")
+
+    def _set_link(self, build_id: int, field: str, value: int) -> None:
+        (body,) = self._conn.execute("SELECT body FROM builds WHERE build_id = ?", (build_id,)).fetchone()
+        build = msgspec.structs.replace(_DECODER.decode(body), **{field: value})
+        self._conn.execute(
+            f"UPDATE builds SET {field} = ?, body = ? WHERE build_id = ?", (value, _ENCODER.encode(build), build_id)
+        )
+
+
