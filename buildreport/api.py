@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl, urlencode
 import msgspec
 from litestar import Request, Response, Router, get
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import filters
@@ -58,6 +59,20 @@ def _reader(request: Request[Any, Any, Any]) -> Reader:
     return request.app.state.reader
 
 
+def _ok(container: Any, description: str) -> ResponseSpec:
+    """A success response; Litestar's generated examples are random values that contradict the schema."""
+    return ResponseSpec(container, description=description, generate_examples=False)
+
+
+def _integer(low: int, high: int, default: int | None = None) -> dict[str, Any]:
+    """The documented schema of an integer parameter that the handler reads as text, to validate it itself."""
+    extra: dict[str, Any] = {"oneOf": None, "type": OpenAPIType.INTEGER, "minimum": low, "maximum": high}
+    return extra if default is None else {**extra, "default": default}
+
+
+_DATE = {"oneOf": None, "type": OpenAPIType.STRING, "format": OpenAPIFormat.DATE}
+
+
 def _errors(*codes: int) -> dict[int, ResponseSpec]:
     described = {
         400: "Invalid parameters; `invalid_params` names each.",
@@ -67,7 +82,9 @@ def _errors(*codes: int) -> dict[int, ResponseSpec]:
         429: "Rate limit reached; see Retry-After.",
     }
     return {
-        code: ResponseSpec(Problem, description=described[code], media_type="application/problem+json")
+        code: ResponseSpec(
+            Problem, description=described[code], media_type="application/problem+json", generate_examples=False
+        )
         for code in codes
     }
 
@@ -94,7 +111,7 @@ ToParam = Annotated[
     summary="List builds, newest first",
     description="A plain array of builds. When more match than `limit`, a `Link: <…>; rel=\"next\"` header "
     "points at the next page.",
-    responses={200: ResponseSpec(list[Build], description="Builds, newest first."), **_errors(400, 401, 403, 429)},
+    responses={200: _ok(list[Build], "Builds, newest first."), **_errors(400, 401, 403, 429)},
 )
 async def list_builds(
     request: Request[Any, Any, Any],
@@ -102,7 +119,9 @@ async def list_builds(
     create_time_from: FromParam = None,
     create_time_to: ToParam = None,
     status: StatusParam = None,
-    limit: Annotated[str | None, QueryParameter(description="1 to 10000; default 500.")] = None,
+    limit: Annotated[
+        str | None, QueryParameter(description="1 to 10000; default 500.", schema_extra=_integer(1, 10_000, 500))
+    ] = None,
     derivation_path: Annotated[str | None, QueryParameter(description="Exact derivation path.")] = None,
     cursor: Annotated[str | None, QueryParameter(description="Opaque; taken from a `Link` header.")] = None,
 ) -> Response[bytes]:
@@ -127,7 +146,7 @@ def _next_url(request: Request[Any, Any, Any], pairs: Pairs, query: filters.List
     "/builds/summary",
     operation_id="summarizeBuilds",
     summary="Counts and totals over the builds a filter selects",
-    responses={200: ResponseSpec(BuildSummary, description="The summary."), **_errors(400, 401, 403, 429)},
+    responses={200: _ok(BuildSummary, "The summary."), **_errors(400, 401, 403, 429)},
 )
 async def summarize_builds(
     request: Request[Any, Any, Any],
@@ -142,7 +161,9 @@ async def summarize_builds(
     return json_response(request, _ENCODE(summary))
 
 
-BuildIdParam = Annotated[str, PathParameter(description="Positive 64-bit build identifier.")]
+BuildIdParam = Annotated[
+    str, PathParameter(description="Positive 64-bit build identifier.", schema_extra=_integer(1, 2**63 - 1))
+]
 
 
 async def _require_build(request: Request[Any, Any, Any], build_id: str) -> tuple[int, bytes]:
@@ -157,7 +178,7 @@ async def _require_build(request: Request[Any, Any, Any], build_id: str) -> tupl
     "/builds/{build_id:str}",
     operation_id="getBuild",
     summary="One build",
-    responses={200: ResponseSpec(Build, description="The build."), **_errors(400, 401, 403, 404, 429)},
+    responses={200: _ok(Build, "The build."), **_errors(400, 401, 403, 404, 429)},
 )
 async def get_build(request: Request[Any, Any, Any], build_id: BuildIdParam) -> Response[bytes]:
     filters.parse_no_params(query_pairs(request))
@@ -169,12 +190,17 @@ async def get_build(request: Request[Any, Any, Any], build_id: BuildIdParam) -> 
     "/builds/{build_id:str}/url",
     operation_id="getBuildUrl",
     summary="A signed, time-limited web link to a build's page and log",
-    responses={200: ResponseSpec(BuildURL, description="The link."), **_errors(400, 401, 403, 404, 429)},
+    responses={200: _ok(BuildURL, "The link."), **_errors(400, 401, 403, 404, 429)},
 )
 async def get_build_url(
     request: Request[Any, Any, Any],
     build_id: BuildIdParam,
-    ttl_seconds: Annotated[str | None, QueryParameter(description="Lifetime, 1 to 604800 seconds; default 3600.")] = None,
+    ttl_seconds: Annotated[
+        str | None,
+        QueryParameter(
+            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=_integer(1, 604_800, 3_600)
+        ),
+    ] = None,
 ) -> Response[bytes]:
     ttl = filters.parse_ttl(query_pairs(request))
     number, _ = await _require_build(request, build_id)
@@ -190,14 +216,19 @@ async def get_build_url(
     "/usage",
     operation_id="getUsage",
     summary="Billable usage by stop date",
-    responses={200: ResponseSpec(Usage, description="Usage in the range."), **_errors(400, 401, 403, 429)},
+    responses={200: _ok(Usage, "Usage in the range."), **_errors(400, 401, 403, 429)},
 )
 async def get_usage(
     request: Request[Any, Any, Any],
     from_: Annotated[
-        str | None, QueryParameter(name="from", description="Date YYYY-MM-DD; default: first day of this month (UTC).")
+        str | None,
+        QueryParameter(
+            name="from", description="Date YYYY-MM-DD; default: first day of this month (UTC).", schema_extra=_DATE
+        ),
     ] = None,
-    to: Annotated[str | None, QueryParameter(description="Date YYYY-MM-DD, exclusive; default: no bound.")] = None,
+    to: Annotated[
+        str | None, QueryParameter(description="Date YYYY-MM-DD, exclusive; default: no bound.", schema_extra=_DATE)
+    ] = None,
 ) -> Response[bytes]:
     query = filters.parse_usage_query(query_pairs(request), now_us())
     usage = await _reader(request).usage(_principal(request).account_id, query)

@@ -152,7 +152,7 @@ def serve(db: str, **kwargs: object) -> None:
 
 @main.command("import")
 @db_option
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def import_command(db: str, files: tuple[Path, ...]) -> None:
     """Import builds from JSON Lines files (plain or .gz), all or nothing."""
     from buildreport.ingest import ImportFailed

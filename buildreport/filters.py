@@ -6,12 +6,13 @@ import base64
 import binascii
 import re
 from collections.abc import Iterable, Sequence
+from typing import Annotated
 
 import msgspec
 
 from buildreport.errors import InvalidParams
 from buildreport.models import BuildStatus, InvalidParam
-from buildreport.times import US_PER_DAY, date_to_us, month_start_us, parse_date, parse_moment
+from buildreport.times import US_PER_DAY, date_to_us, from_us, month_start_us, parse_date, parse_moment
 
 MAX_LIMIT = 10_000
 DEFAULT_LIMIT = 500
@@ -19,7 +20,9 @@ MAX_TTL_SECONDS = 604_800
 DEFAULT_TTL_SECONDS = 3_600
 MAX_BUILD_ID = 2**63 - 1
 _STATUSES = ", ".join(s.value for s in BuildStatus)
-_DIGITS = re.compile(r"[0-9]+")
+# At most 19 digits: enough for any 64-bit value, and int() is never asked to convert a huge string.
+_DIGITS = re.compile(r"[0-9]{1,19}")
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 Pairs = Sequence[tuple[str, str]]
 
@@ -37,8 +40,8 @@ class BuildFilter(msgspec.Struct, frozen=True):
 class Cursor(msgspec.Struct, frozen=True, array_like=True):
     """The position after the last build of a page, in list order."""
 
-    create_us: int
-    build_id: int
+    create_us: Int64
+    build_id: Int64
 
     def encode(self) -> str:
         return base64.urlsafe_b64encode(msgspec.json.encode(self)).rstrip(b"=").decode()
@@ -131,10 +134,15 @@ def _parse_moment(params: _Params, name: str) -> int | None:
     if text is None:
         return None
     try:
-        return parse_moment(text)
+        moment = parse_moment(text)
+        from_us(moment)  # must be a UTC time that can be written back, e.g. in a Link header
+    except OverflowError:
+        params.fail(name, f"{text!r}: out of range; years 0001 to 9999 in UTC")
+        return None
     except ValueError as exc:
         params.fail(name, f"{text!r}: {exc}")
         return None
+    return moment
 
 
 def _parse_int(params: _Params, name: str, low: int, high: int, default: int) -> int:

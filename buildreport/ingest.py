@@ -7,6 +7,7 @@ import io
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -15,6 +16,7 @@ from buildreport.models import UNFINISHED, ImportRecord
 from buildreport.store.writer import BuildWriter, WriteStats
 
 _DECODER = msgspec.json.Decoder(ImportRecord)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_REPORTED_ERRORS = 1000
 
 
@@ -70,6 +72,9 @@ def decode_error(exc: msgspec.MsgspecError) -> tuple[str, str]:
 
 def check_record(record: ImportRecord) -> tuple[str, str] | None:
     """Rules across fields that the types alone do not express."""
+    for name in ("create_time", "start_time"):
+        if getattr(record, name) < EARLIEST:
+            return name, "must not be before 1970-01-01T00:00:00Z"
     if record.build_status in UNFINISHED:
         if record.duration_seconds is not None:
             return "duration_seconds", f"must be null while the build is {record.build_status.value}"
@@ -132,7 +137,7 @@ def import_files(
             if on_progress is not None and count % 1000 == 0:
                 on_progress(count)
         if not errors:
-            writer.flush()
+            writer.finish()
         if errors:
             raise ImportFailed(errors[:MAX_REPORTED_ERRORS], len(errors))
         conn.commit()

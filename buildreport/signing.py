@@ -24,6 +24,10 @@ class LinkSigner:
     def sign(self, claims: LinkClaims) -> str:
         return self._serializer.dumps(msgspec.to_builtins(claims))
 
+    def link_url(self, base_url: str, claims: LinkClaims) -> str:
+        """The absolute address of the build page these claims open."""
+        return f"{base_url}/b/{self.sign(claims)}"
+
     def verify(self, token: str) -> LinkClaims | None:
         """The claims of a token this server signed, or None when the signature is wrong."""
         try:

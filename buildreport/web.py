@@ -1,9 +1,468 @@
-"""The signed build page and raw log."""
+"""The signed build page and raw log: what a person opens, without a token, from `GET /builds/{id}/url`.
+
+`/b/{token}` is the page, `/b/{token}/log` the raw log (streamed, `?tail=N` for its last lines) and
+`/b/static/…` the stylesheet and icons. The token carries the account, the build and the expiry
+(see signing.py): a wrong signature is a 403 page, an expired link a 410 page, a build that is gone a 404 page.
+No JavaScript, nothing from elsewhere, and a Content-Security-Policy that says so.
+
+A log is stored zlib-compressed and can be tens of megabytes once inflated. It is inflated a bounded
+piece at a time: the raw log streams as it inflates, and the page keeps only a window of the last
+lines (`LineWindow`), so neither holds the whole text.
+"""
 
 from __future__ import annotations
 
-from litestar import Router
+import hashlib
+import re
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib.resources import files
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import anyio.to_thread
+import msgspec
+from jinja2 import DictLoader, Environment, StrictUndefined
+from litestar import Request, Response, Router, get
+from litestar.params import PathParameter
+from litestar.response import Stream
+from markupsafe import Markup
+
+from buildreport import ansi, humanize
+from buildreport.api import now_us
+from buildreport.errors import Problem
+from buildreport.models import DISCARDED, FAILED, SUCCESSFUL, Build, BuildStatus
+from buildreport.signing import LinkClaims, LinkSigner
+from buildreport.store.reader import Reader
+from buildreport.times import from_us
+
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": CSP,
+    "X-Robots-Tag": "noindex, nofollow",
+}
+HTML = "text/html"  # Litestar adds "; charset=utf-8" to text types
+TEXT = "text/plain"
+
+# How much log the page shows: all of a log up to FULL_LOG_BYTES (within PAGE_LINES lines), else the last
+# TAIL_LINES lines; never more than PAGE_BYTES of text, and no line longer than LINE_BYTES.
+FULL_LOG_BYTES = 1024 * 1024
+PAGE_LINES = 20_000
+TAIL_LINES = 2_000
+PAGE_BYTES = 1024 * 1024
+LINE_BYTES = 8 * 1024
+EXCERPT_LINES = 10  # the end of the log, at the top of the page of a build that ended badly
+MAX_TAIL = 100_000
+RAW_TAIL_LINK = 1_000  # the "last lines" link on the page
+INFLATE_IN = 64 * 1024  # compressed bytes fed at a time
+INFLATE_OUT = 256 * 1024  # most inflated bytes produced at a time
+
+# --- package data -----------------------------------------------------------------------------
+
+
+def _package_files(folder: str, suffixes: tuple[str, ...]) -> dict[str, bytes]:
+    """Files shipped inside the package (and so inside a frozen executable), read once."""
+    found = {
+        entry.name: entry.read_bytes()
+        for entry in files("buildreport").joinpath(folder).iterdir()
+        if entry.name.endswith(suffixes) and entry.is_file()
+    }
+    if not found:
+        raise RuntimeError(f"buildreport/{folder} is missing from the package")
+    return found
+
+
+_STATIC_TYPES = {".css": "text/css", ".svg": "image/svg+xml"}
+STATIC = _package_files("static", tuple(_STATIC_TYPES))
+_STATIC_VERSION = {name: hashlib.sha256(body).hexdigest()[:12] for name, body in STATIC.items()}
+
+# --- log text ---------------------------------------------------------------------------------
+
+
+def inflate(blob: bytes) -> Iterator[bytes]:
+    """The inflated bytes of a zlib blob, at most INFLATE_OUT at a time."""
+    inflater = zlib.decompressobj()
+    view = memoryview(blob)
+    for start in range(0, len(view), INFLATE_IN):
+        data: bytes | memoryview = view[start : start + INFLATE_IN]
+        while data:
+            out = inflater.decompress(data, INFLATE_OUT)
+            if out:
+                yield out
+            data = inflater.unconsumed_tail
+    rest = inflater.flush()
+    if rest:
+        yield rest
+
+
+class LineWindow:
+    """The last lines of a text fed in pieces, within a number of lines and, optionally, of bytes.
+
+    Lines end at `\\n`. `line_bytes` cuts long lines short (their full length is kept) and bounds what
+    an unfinished line may hold; without it, lines are kept exactly.
+    """
+
+    def __init__(self, max_lines: int, max_bytes: int | None = None, line_bytes: int | None = None) -> None:
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self.line_bytes = line_bytes
+        self.lines: deque[tuple[bytes, int]] = deque()  # (text kept, full length)
+        self.total = 0  # lines seen
+        self.kept_bytes = 0
+        self._partial: list[bytes] = []
+        self._partial_len = 0
+        self._closed = False
+        self.ends_with_newline = False
+
+    def feed(self, chunk: bytes) -> None:
+        pieces = chunk.split(b"\n")
+        if len(pieces) > 1:
+            self._partial.append(pieces[0])
+            self._push(b"".join(self._partial), self._partial_len + len(pieces[0]))
+            self._partial, self._partial_len = [], 0
+            middle = pieces[1:-1]
+            if len(middle) > self.max_lines:  # only the last of them can stay
+                self.total += len(middle) - self.max_lines
+                middle = middle[-self.max_lines :]
+            for line in middle:
+                self._push(line, len(line))
+        self._grow(pieces[-1])
+
+    def close(self) -> LineWindow:
+        if not self._closed:
+            self._closed = True
+            if self._partial_len:
+                self._push(b"".join(self._partial), self._partial_len)
+                self.ends_with_newline = False
+            else:
+                self.ends_with_newline = self.total > 0
+        return self
+
+    @property
+    def first_number(self) -> int:
+        """The 1-based number of the first line kept."""
+        return self.total - len(self.lines) + 1
+
+    def _grow(self, piece: bytes) -> None:
+        if not piece:
+            return
+        room = len(piece) if self.line_bytes is None else max(0, self.line_bytes - self._partial_len)
+        if room:
+            self._partial.append(piece[:room])
+        self._partial_len += len(piece)
+
+    def _push(self, line: bytes, length: int) -> None:
+        if self.line_bytes is not None and len(line) > self.line_bytes:
+            line = line[: self.line_bytes]
+        self.total += 1
+        self.lines.append((line, length))
+        self.kept_bytes += len(line)
+        while len(self.lines) > self.max_lines or (
+            self.max_bytes is not None and self.kept_bytes > self.max_bytes and len(self.lines) > 1
+        ):
+            self.kept_bytes -= len(self.lines.popleft()[0])
+
+
+def window(chunks: Iterable[bytes], max_lines: int, max_bytes: int | None = None,
+           line_bytes: int | None = None) -> LineWindow:
+    lines = LineWindow(max_lines, max_bytes, line_bytes)
+    for chunk in chunks:
+        lines.feed(chunk)
+    return lines.close()
+
+
+def tail_bytes(lines: LineWindow, piece: int = INFLATE_OUT) -> Iterator[bytes]:
+    """The text of a window's lines as it was, in pieces of about `piece` bytes."""
+    batch: list[bytes] = []
+    size = 0
+    last = len(lines.lines) - 1
+    for i, (line, _) in enumerate(lines.lines):
+        batch.append(line + b"\n" if i < last or lines.ends_with_newline else line)
+        size += len(line) + 1
+        if size >= piece:
+            yield b"".join(batch)
+            batch, size = [], 0
+    if batch:
+        yield b"".join(batch)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    number: int
+    html: Markup
+    cut: int  # bytes left out of a long line, 0 when whole
+
+
+@dataclass(frozen=True)
+class LogView:
+    size_bytes: int
+    total_lines: int
+    lines: list[LogLine]
+
+    @property
+    def complete(self) -> bool:
+        return not self.lines or self.lines[0].number == 1
+
+    @property
+    def gutter(self) -> int:
+        """Digits of the biggest line number: the width of the number column."""
+        return min(9, max(3, len(str(self.total_lines))))
+
+    @property
+    def excerpt(self) -> list[LogLine]:
+        """The last lines, for the top of the page of a build that ended badly: where it says why."""
+        end = len(self.lines)
+        while end and not self.lines[end - 1].html.strip():
+            end -= 1
+        return self.lines[max(0, end - EXCERPT_LINES) : end]
+
+    @property
+    def any_cut(self) -> bool:
+        return any(line.cut for line in self.lines)
+
+
+def render_log(blob: bytes, size_bytes: int) -> LogView:
+    """The window of a stored log the page shows, as escaped HTML lines with their numbers."""
+    limit = PAGE_LINES if size_bytes <= FULL_LOG_BYTES else TAIL_LINES
+    lines = window(inflate(blob), limit, PAGE_BYTES, LINE_BYTES)
+    style = ansi.Style()
+    out = []
+    for number, (raw, length) in enumerate(lines.lines, start=lines.first_number):
+        text = raw.decode("utf-8", "replace")
+        if "\r" in text:  # a carriage return redraws the line: show what a terminal would end with
+            *drawn_over, text = text.rstrip("\r").split("\r")
+            for segment in drawn_over:
+                ansi.to_html(segment, style)  # colours set there still apply
+        out.append(LogLine(number, ansi.to_html(text, style), length - len(raw)))
+    return LogView(size_bytes=size_bytes, total_lines=lines.total, lines=out)
+
+
+# --- the page -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatusView:
+    kind: str  # ok, failed, discarded, running: the colour and the icon
+    symbol: str
+    label: str
+    description: str
+
+
+_STATUS_TEXT = {
+    BuildStatus.built: ("Built", "The build succeeded."),
+    BuildStatus.build_failed: ("Build failed", "The builder exited with an error."),
+    BuildStatus.cancelled: ("Cancelled", "The build was cancelled before it finished."),
+    BuildStatus.timeout: ("Timed out", "The build ran longer than it was allowed to."),
+    BuildStatus.internal_error: (
+        "Internal error", "The build service failed, not the build. It is not billed and the service restarts it."),
+    BuildStatus.out_of_memory: (
+        "Out of memory", "The build machine ran out of memory. It is not billed and the service restarts it."),
+    BuildStatus.max_memory_exceeded: ("Memory limit exceeded", "The build used more memory than it was allowed."),
+    BuildStatus.client_disconnect: ("Client disconnected", "The client went away before the build finished."),
+    BuildStatus.client_error: ("Client error", "The client's request could not be built."),
+    BuildStatus.pending: ("Pending", "The build is waiting for a machine."),
+    BuildStatus.running: ("Running", "The build is running."),
+}
+
+
+def status_view(status: BuildStatus) -> StatusView:
+    label, description = _STATUS_TEXT[status]
+    if status in SUCCESSFUL:
+        return StatusView("ok", "✓", label, description)
+    if status in FAILED:
+        return StatusView("failed", "✗", label, description)
+    if status in DISCARDED:
+        return StatusView("discarded", "!", label, description)
+    return StatusView("running", "●", label, description)
+
+
+def derivation_name(path: str) -> str:
+    """`/nix/store/<hash>-hello-2.12.1.drv` → `hello-2.12.1`."""
+    base = path.rsplit("/", 1)[-1].removesuffix(".drv")
+    _, dash, name = base.partition("-")
+    return name if dash and name else base
+
+
+@dataclass(frozen=True)
+class RelatedBuild:
+    build_id: int
+    url: str
+    status: StatusView | None  # None when that build is not in the database
+
+
+def _environment() -> Environment:
+    templates = {name: body.decode() for name, body in _package_files("templates", (".html",)).items()}
+    env = Environment(
+        loader=DictLoader(templates), autoescape=True, undefined=StrictUndefined, trim_blocks=True,
+        lstrip_blocks=True, keep_trailing_newline=False,
+    )
+    env.filters.update(
+        duration=humanize.duration, size=humanize.size, count=humanize.count, percent=humanize.percent,
+        plural=humanize.plural, utc=humanize.utc, rfc3339=humanize.rfc3339, relative=humanize.relative,
+    )
+    return env
+
+
+_TEMPLATES = _environment()
+
+
+class LinkPage(Exception):
+    """An answer other than the build: an error page (HTML) with its status code."""
+
+    def __init__(self, status: int, template_vars: dict[str, Any]) -> None:
+        super().__init__(template_vars.get("title", ""))
+        self.status = status
+        self.template_vars = template_vars
+
+
+def _prefix(request: Request[Any, Any, Any]) -> str:
+    """The path the service lives under, from its public URL: pages link with paths, not hosts."""
+    return urlsplit(request.app.state.settings.base_url).path.rstrip("/")
+
+
+def _render(request: Request[Any, Any, Any], template: str, code: int = 200, **values: Any) -> Response[bytes]:
+    prefix = _prefix(request)
+
+    def static(name: str) -> str:
+        return f"{prefix}/b/static/{name}?v={_STATIC_VERSION[name]}"
+
+    body = _TEMPLATES.get_template(template).render(static=static, now=from_us(now_us()), **values)
+    return Response(content=body.encode(), status_code=code, media_type=HTML, headers=PAGE_HEADERS)
+
+
+Token = Annotated[str, PathParameter(description="A signed build link.")]
+
+
+def _page_error(request: Request[Any, Any, Any], exc: LinkPage) -> Response[bytes]:
+    return _render(request, "error.html", exc.status, icon="link", status_code=exc.status, **exc.template_vars)
+
+
+async def _open_link(request: Request[Any, Any, Any], token: str) -> tuple[LinkClaims, bytes]:
+    """The claims of a valid, live link and its build's JSON; or a LinkPage to answer instead."""
+    signer: LinkSigner = request.app.state.signer
+    claims = signer.verify(token)
+    if claims is None:
+        raise LinkPage(403, {"title": "This link is not valid", "kind": "invalid"})
+    if claims.expires_us <= now_us():
+        raise LinkPage(410, {"title": "This link has expired", "kind": "expired",
+                             "expired": from_us(claims.expires_us), "build_id": claims.build_id})
+    body = await _reader(request).build(claims.account_id, claims.build_id)
+    if body is None:
+        raise LinkPage(404, {"title": "Build not found", "kind": "no-build", "build_id": claims.build_id})
+    return claims, body
+
+
+def _reader(request: Request[Any, Any, Any]) -> Reader:
+    return request.app.state.reader
+
+
+async def _related(request: Request[Any, Any, Any], claims: LinkClaims, build_id: int | None) -> RelatedBuild | None:
+    """A link to the restarted or restarting build that lives exactly as long as this one."""
+    if build_id is None:
+        return None
+    signer: LinkSigner = request.app.state.signer
+    url = signer.link_url(request.app.state.settings.base_url, LinkClaims(claims.account_id, build_id,
+                                                                          claims.expires_us))
+    body = await _reader(request).build(claims.account_id, build_id)
+    status = status_view(msgspec.json.decode(body, type=Build).build_status) if body is not None else None
+    return RelatedBuild(build_id, url, status)
+
+
+@get("/{token:str}", include_in_schema=False)
+async def build_page(request: Request[Any, Any, Any], token: Token) -> Response[bytes]:
+    claims, body = await _open_link(request, token)
+    build = msgspec.json.decode(body, type=Build)
+    status = status_view(build.build_status)
+    stored = await _reader(request).log(claims.account_id, claims.build_id)
+    log = await anyio.to_thread.run_sync(render_log, stored[1], stored[0]) if stored is not None else None
+    finished = (
+        build.start_time + timedelta(seconds=build.duration_seconds) if build.duration_seconds is not None else None
+    )
+    raw = f"{_prefix(request)}/b/{token}/log"
+    return _render(
+        request,
+        "build.html",
+        icon=status.kind,
+        build=build,
+        name=derivation_name(build.derivation_path),
+        status=status,
+        finished=finished,
+        restart_of=await _related(request, claims, build.restart_of_build_id),
+        restarted_as=await _related(request, claims, build.restarted_as_build_id),
+        log=log,
+        raw_url=raw,
+        tail_url=f"{raw}?tail={RAW_TAIL_LINK}",
+        tail_lines=RAW_TAIL_LINK,
+        expires=from_us(claims.expires_us),
+        limits={"full": FULL_LOG_BYTES, "tail": TAIL_LINES, "line": LINE_BYTES},
+    )
+
+
+_TAIL = re.compile(r"[0-9]{1,7}")
+
+
+def _tail_param(request: Request[Any, Any, Any]) -> int | None:
+    values = request.query_params.getall("tail", [])
+    if not values:
+        return None
+    reason = None
+    if len(values) > 1:
+        reason = "give it once"
+    elif not _TAIL.fullmatch(values[0]) or not 1 <= int(values[0]) <= MAX_TAIL:
+        reason = f"{values[0]!r} is not a whole number of lines from 1 to {MAX_TAIL}"
+    if reason:
+        raise Problem(400, f"Invalid parameter tail: {reason}", headers=PAGE_HEADERS,
+                      invalid_params=[{"name": "tail", "reason": reason}])
+    return int(values[0])
+
+
+@get("/{token:str}/log", include_in_schema=False)
+async def raw_log(request: Request[Any, Any, Any], token: Token) -> Stream:
+    claims, _ = await _open_link(request, token)
+    tail = _tail_param(request)
+    stored = await _reader(request).log(claims.account_id, claims.build_id)
+    if stored is None:
+        raise LinkPage(404, {"title": "No log", "kind": "no-log", "build_id": claims.build_id})
+    blob = stored[1]
+    if tail is None:
+        pieces: Iterable[bytes] = inflate(blob)
+        filename = f"build-{claims.build_id}.log"
+    else:
+        lines = await anyio.to_thread.run_sync(window, inflate(blob), tail)
+        pieces = tail_bytes(lines)
+        filename = f"build-{claims.build_id}-tail-{tail}.log"
+
+    async def body() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    headers = {**PAGE_HEADERS, "Content-Disposition": f'inline; filename="{filename}"'}
+    return Stream(body(), media_type=TEXT, headers=headers)
+
+
+@get("/static/{name:str}", include_in_schema=False)
+async def static_file(name: Annotated[str, PathParameter()]) -> Response[bytes]:
+    if name not in STATIC:
+        raise Problem(404, "No such resource")
+    suffix = name[name.rfind(".") :]
+    headers = {**PAGE_HEADERS, "Cache-Control": "public, max-age=86400", "ETag": f'"{_STATIC_VERSION[name]}"'}
+    return Response(content=STATIC[name], media_type=_STATIC_TYPES[suffix], headers=headers)
 
 
 def web_router() -> Router:
-    return Router(path="/b", route_handlers=[])
+    return Router(
+        path="/b",
+        route_handlers=[static_file, build_page, raw_log],
+        exception_handlers={LinkPage: _page_error},
+        include_in_schema=False,
+    )
+

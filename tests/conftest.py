@@ -78,22 +78,39 @@ class Env:
         finally:
             conn.close()
 
-    def token(self, account: str = "acme", scopes: tuple[str, ...] = ("build:read",), expires_days: int = 30,
-              revoked: bool = False) -> str:
+    def token(
+        self,
+        account: str = "acme",
+        scopes: tuple[str, ...] = ("build:read",),
+        expires_days: int = 30,
+        revoked: bool = False,
+    ) -> str:
         conn = open_database(self.db)
         now = int(time.time() * 1_000_000)
         with conn:
             account_id = ensure_account(conn, account, now)
             token_id, secret, digest = new_token()
-            insert_token(conn, token_id=token_id, account_id=account_id, digest=digest, scopes=scopes, label="test",
-                         now_us=now, expires_us=now + expires_days * US_PER_DAY)
+            insert_token(
+                conn,
+                token_id=token_id,
+                account_id=account_id,
+                digest=digest,
+                scopes=scopes,
+                label="test",
+                now_us=now,
+                expires_us=now + expires_days * US_PER_DAY,
+            )
             if revoked:
                 conn.execute("UPDATE tokens SET revoked_us = ? WHERE token_id = ?", (now, token_id))
         conn.close()
         return secret
 
     def settings(self, **overrides: Any) -> Settings:
-        values: dict[str, Any] = {"db": str(self.db), "secret_keys": (TEST_KEY,), "public_url": "http://testserver.local"}
+        values: dict[str, Any] = {
+            "db": str(self.db),
+            "secret_keys": (TEST_KEY,),
+            "public_url": "http://testserver.local",
+        }
         values.update(overrides)
         return Settings(**values)
 
@@ -143,11 +160,23 @@ def start_server(db: Path, *args: str, env: dict[str, str] | None = None, timeou
     """`buildreport serve` on a free port of 127.0.0.1, once /healthz answers."""
     port = free_port()
     log = db.parent / f"server-{port}.log"
-    command = [*buildreport_command(), "serve", "--db", str(db), "--host", "127.0.0.1", "--port", str(port),
-               "--workers", "1", *args]
+    command = [
+        *buildreport_command(),
+        "serve",
+        "--db",
+        str(db),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        *args,
+    ]
     handle = log.open("wb")
-    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               env={**os.environ, **(env or {})})
+    process = subprocess.Popen(
+        command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -8,7 +8,7 @@ from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISH
 Query = tuple[str, list[object]]
 
 
-def _in_list(statuses: frozenset[BuildStatus]) -> str:
+def in_list(statuses: frozenset[BuildStatus]) -> str:
     # Fixed status names from the code, never request text.
     return "(" + ",".join(f"'{s.value}'" for s in sorted(statuses, key=lambda s: s.value)) + ")"
 
@@ -64,12 +64,12 @@ def list_builds(account_id: int, query: ListQuery) -> Query:
 
 SUMMARY_COLUMNS = f"""
     count(*),
-    coalesce(sum(b.status IN {_in_list(SUCCESSFUL)}), 0),
-    coalesce(sum(b.status IN {_in_list(FAILED)}), 0),
-    coalesce(sum(b.status IN {_in_list(DISCARDED)}), 0),
-    coalesce(sum(b.status IN {_in_list(UNFINISHED)}), 0),
+    coalesce(sum(b.status IN {in_list(SUCCESSFUL)}), 0),
+    coalesce(sum(b.status IN {in_list(FAILED)}), 0),
+    coalesce(sum(b.status IN {in_list(DISCARDED)}), 0),
+    coalesce(sum(b.status IN {in_list(UNFINISHED)}), 0),
     coalesce(sum(b.cpu_seconds), 0),
-    coalesce(sum(CASE WHEN b.status IN {_in_list(BILLABLE)} THEN b.cpu_seconds END), 0),
+    coalesce(sum(CASE WHEN b.status IN {in_list(BILLABLE)} THEN b.cpu_seconds END), 0),
     coalesce(sum(b.duration_us), 0),
     min(b.start_us),
     max(b.stop_us),
@@ -86,7 +86,7 @@ def summary(account_id: int, build_filter: BuildFilter) -> Query:
 def usage(account_id: int, query: UsageQuery) -> Query:
     sql = (
         "SELECT coalesce(sum(cpu_seconds), 0), count(*) FROM builds"
-        f" WHERE account_id = ? AND stop_us >= ? AND status IN {_in_list(BILLABLE)}"
+        f" WHERE account_id = ? AND stop_us >= ? AND status IN {in_list(BILLABLE)}"
     )
     params: list[object] = [account_id, query.from_us]
     if query.to_us is not None:

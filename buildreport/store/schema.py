@@ -43,7 +43,8 @@ MIGRATIONS: tuple[str, ...] = (
         derivation_path TEXT NOT NULL,
         restart_of_build_id INTEGER,
         restarted_as_build_id INTEGER,
-        body BLOB NOT NULL
+        body BLOB NOT NULL,
+        body_hash INTEGER NOT NULL
     );
     CREATE INDEX builds_by_time ON builds (account_id, create_us, build_id);
     CREATE INDEX builds_by_derivation ON builds (account_id, derivation_path, create_us, build_id);
@@ -59,6 +60,30 @@ MIGRATIONS: tuple[str, ...] = (
         create_us INTEGER NOT NULL,
         build_id INTEGER NOT NULL,
         PRIMARY KEY (account_id, key, value, create_us, build_id)
+    ) WITHOUT ROWID;
+
+    -- Totals per account, UTC hour of creation and status, kept exactly in step with builds by every
+    -- import; a summary adds whole hours from here to the raw builds at the edges of its window.
+    CREATE TABLE hourly_totals (
+        account_id INTEGER NOT NULL,
+        hour_us INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        builds INTEGER NOT NULL,
+        cpu_seconds INTEGER NOT NULL,
+        duration_us INTEGER NOT NULL,
+        nar_size_bytes INTEGER NOT NULL,
+        first_start_us INTEGER NOT NULL,
+        last_stop_us INTEGER,
+        PRIMARY KEY (account_id, hour_us, status)
+    ) WITHOUT ROWID;
+
+    -- Billable builds per account and UTC day of their stop time: usage is a sum over days.
+    CREATE TABLE daily_usage (
+        account_id INTEGER NOT NULL,
+        day_us INTEGER NOT NULL,
+        builds INTEGER NOT NULL,
+        cpu_seconds INTEGER NOT NULL,
+        PRIMARY KEY (account_id, day_us)
     ) WITHOUT ROWID;
 
     CREATE TABLE build_logs (

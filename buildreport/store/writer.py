@@ -6,6 +6,7 @@ import can name every bad record before the caller rolls everything back.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import zlib
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ from datetime import UTC
 import msgspec
 
 from buildreport.models import Build, ImportRecord
+from buildreport.store.totals import day_of, hour_of, recompute_days, recompute_hours
 from buildreport.times import to_us
 
 _BUILD_FIELDS = Build.__struct_fields__
@@ -44,6 +46,7 @@ class _Row(msgspec.Struct):
         b = self.build
         start_us = to_us(b.start_time)
         duration_us = round(b.duration_seconds * 1_000_000) if b.duration_seconds is not None else None
+        body = _ENCODER.encode(b)
         return (
             b.build_id,
             self.account_id,
@@ -57,13 +60,20 @@ class _Row(msgspec.Struct):
             b.derivation_path,
             b.restart_of_build_id,
             b.restarted_as_build_id,
-            _ENCODER.encode(b),
+            body,
+            body_hash(body),
         )
+
+
+def body_hash(body: bytes) -> int:
+    """A 64-bit digest of a build's JSON, stored beside it so that ETags of long lists cost no hashing."""
+    return int.from_bytes(hashlib.blake2b(body, digest_size=8).digest(), "big", signed=True)
 
 
 class _Existing(msgspec.Struct):
     account_id: int
     create_us: int
+    stop_us: int | None
     restart_of: int | None
     restarted_as: int | None
     body: bytes
@@ -71,14 +81,14 @@ class _Existing(msgspec.Struct):
 
 _UPSERT = """
 INSERT INTO builds (build_id, account_id, create_us, start_us, duration_us, stop_us, status, cpu_seconds,
-                    nar_size_bytes, derivation_path, restart_of_build_id, restarted_as_build_id, body)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    nar_size_bytes, derivation_path, restart_of_build_id, restarted_as_build_id, body, body_hash)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (build_id) DO UPDATE SET
     create_us = excluded.create_us, start_us = excluded.start_us, duration_us = excluded.duration_us,
     stop_us = excluded.stop_us, status = excluded.status, cpu_seconds = excluded.cpu_seconds,
     nar_size_bytes = excluded.nar_size_bytes, derivation_path = excluded.derivation_path,
     restart_of_build_id = excluded.restart_of_build_id, restarted_as_build_id = excluded.restarted_as_build_id,
-    body = excluded.body
+    body = excluded.body, body_hash = excluded.body_hash
 """
 
 
@@ -103,6 +113,8 @@ class BuildWriter:
         self._now_us = now_us
         self._accounts: dict[str, int] = dict(conn.execute("SELECT name, account_id FROM accounts").fetchall())
         self._batch: list[tuple[object, ImportRecord]] = []
+        self._hours: set[tuple[int, int]] = set()
+        self._days: set[tuple[int, int]] = set()
         self.stats = WriteStats()
 
     def add(self, location: object, record: ImportRecord) -> None:
@@ -115,6 +127,17 @@ class BuildWriter:
             self._write(self._batch)
             self._batch = []
 
+    def finish(self) -> None:
+        """Write what is batched and bring the totals of every touched hour and day in step."""
+        self.flush()
+        recompute_hours(self._conn, self._hours)
+        recompute_days(self._conn, self._days)
+
+    def _touch(self, account_id: int, create_us: int, stop_us: int | None) -> None:
+        self._hours.add((account_id, hour_of(create_us)))
+        if stop_us is not None:
+            self._days.add((account_id, day_of(stop_us)))
+
     def account_id(self, name: str) -> int:
         if name not in self._accounts:
             cur = self._conn.execute("INSERT INTO accounts (name, created_us) VALUES (?, ?)", (name, self._now_us))
@@ -124,7 +147,7 @@ class BuildWriter:
     def _existing(self, ids: Sequence[int]) -> dict[int, _Existing]:
         marks = ",".join("?" * len(ids))
         rows = self._conn.execute(
-            "SELECT build_id, account_id, create_us, restart_of_build_id, restarted_as_build_id, body"
+            "SELECT build_id, account_id, create_us, stop_us, restart_of_build_id, restarted_as_build_id, body"
             f" FROM builds WHERE build_id IN ({marks})",
             list(ids),
         ).fetchall()
@@ -137,7 +160,13 @@ class BuildWriter:
             row = self._prepare(location, record, existing.get(record.build_id))
             if row is not None:
                 rows.append(row)
-        self._conn.executemany(_UPSERT, [row.values() for row in rows])
+        values = [row.values() for row in rows]
+        self._conn.executemany(_UPSERT, values)
+        for row, value in zip(rows, values, strict=True):
+            self._touch(row.account_id, value[2], value[5])
+            old = existing.get(row.build.build_id)
+            if old is not None:
+                self._touch(old.account_id, old.create_us, old.stop_us)
         self._write_tags(rows, existing)
         self._conn.executemany(
             "INSERT OR REPLACE INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)",
@@ -248,8 +277,10 @@ class BuildWriter:
     def _set_link(self, build_id: int, field: str, value: int) -> None:
         (body,) = self._conn.execute("SELECT body FROM builds WHERE build_id = ?", (build_id,)).fetchone()
         build = msgspec.structs.replace(_DECODER.decode(body), **{field: value})
+        body = _ENCODER.encode(build)
         self._conn.execute(
-            f"UPDATE builds SET {field} = ?, body = ? WHERE build_id = ?", (value, _ENCODER.encode(build), build_id)
+            f"UPDATE builds SET {field} = ?, body = ?, body_hash = ? WHERE build_id = ?",
+            (value, body, body_hash(body), build_id),
         )
 
 

@@ -1,0 +1,15 @@
+"""Entry point of the one-file executable built by packaging/buildreport.spec.
+
+`freeze_support()` must run first: `serve --workers N` starts uvicorn's worker processes with the
+"spawn" method, which re-runs this executable; the call turns such a re-run into a worker instead
+of a second command line.
+"""
+
+import multiprocessing
+
+if __name__ == "__main__":
+    multiprocessing.freeze_support()
+
+    from buildreport.cli import main
+
+    main(prog_name="buildreport")

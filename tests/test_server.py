@@ -1,0 +1,99 @@
+"""A few checks against a real `buildreport serve` process, over real HTTP."""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+import httpx
+from conftest import auth, record
+
+
+def wait_for(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_real_server_answers_every_endpoint(env, serve):
+    env.load([record(1, tags={"project": "web"}, cpu_seconds=30), record(2, cpu_seconds=12)])
+    secret = env.token()
+    server = serve(env.db)
+    with httpx.Client(base_url=server.url, headers=auth(secret), timeout=10) as client:
+        builds = client.get("/builds")
+        assert builds.status_code == 200
+        assert builds.headers["content-type"].startswith("application/json")
+        assert [b["build_id"] for b in builds.json()] == [2, 1]
+        assert [b["build_id"] for b in client.get("/builds", params={"tags": "project:web"}).json()] == [1]
+
+        page = client.get("/builds", params={"limit": 1})
+        assert page.headers["link"].startswith("<")
+        following = client.get(page.headers["link"][1:].split(">", 1)[0])
+        assert [b["build_id"] for b in following.json()] == [1]
+
+        one = client.get("/builds/1")
+        assert one.status_code == 200
+        assert one.json()["tags"] == {"project": "web"}
+        assert client.get("/builds/3").status_code == 404
+
+        summary = client.get("/builds/summary").json()
+        assert summary["build_count"] == 2
+        assert summary["total_cpu_seconds"] == 42
+
+        assert client.get("/usage", params={"from": "2000-01-01"}).json() == {
+            "billable_cpu_seconds": 42, "billable_build_count": 2,
+        }
+
+        before = time.time()
+        link = client.get("/builds/1/url", params={"ttl_seconds": 120}).json()
+        assert link["build_id"] == 1
+        expires = datetime.fromisoformat(link["expires_at"].replace("Z", "+00:00")).astimezone(UTC).timestamp()
+        assert before + 118 <= expires <= time.time() + 122
+        assert urlsplit(link["url"]).scheme in ("http", "https")
+        assert secret not in link["url"]
+
+        assert client.head("/builds/1").content == b""
+        etag = one.headers["etag"]
+        assert client.get("/builds/1", headers={"If-None-Match": etag}).status_code == 304
+
+
+def test_real_server_requires_a_token(env, serve):
+    env.load([record(1)])
+    server = serve(env.db)
+    response = httpx.get(server.url + "/builds", timeout=10)
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["www-authenticate"] == 'Bearer realm="buildreport"'
+    assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    bad = httpx.get(server.url + "/builds", headers=auth("brt_" + "A" * 43), timeout=10)
+    assert bad.status_code == 401
+    assert 'error="invalid_token"' in bad.headers["www-authenticate"]
+
+
+def test_real_server_logs_the_request_id_and_stops_promptly(env, serve):
+    env.load([record(1)])
+    secret = env.token()
+    server = serve(env.db)
+    rid = "trace-server-4711"
+    response = httpx.get(server.url + "/builds/1", headers={**auth(secret), "X-Request-ID": rid}, timeout=10)
+    assert response.status_code == 200
+    assert response.headers["x-request-id"] == rid
+    missing = httpx.get(server.url + "/builds/999", headers={**auth(secret), "X-Request-ID": rid + "-404"}, timeout=10)
+    assert missing.status_code == 404
+    assert wait_for(lambda: rid + "-404" in server.log.read_text(errors="replace"))
+    assert rid in server.log.read_text(errors="replace")
+    assert secret not in server.log.read_text(errors="replace")
+
+    started = time.monotonic()
+    server.stop()
+    assert time.monotonic() - started < 5
+    assert server.process.poll() is not None
+    port = urlsplit(server.url).port
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
