@@ -35,6 +35,7 @@ def _http_problem(exc: HTTPException) -> ProblemDetailsException:
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         allowed = {m.strip() for m in headers.get("allow", headers.get("Allow", "")).split(",") if m.strip()}
+        allowed.discard("OPTIONS")
         if "GET" in allowed:
             allowed.add("HEAD")
         headers = {k: v for k, v in headers.items() if k.lower() != "allow"}

@@ -113,32 +113,55 @@ class RateLimiter:
         }
 
 
+class TokenCache:
+    """Token rows by digest, trusted only while the database has not changed since they were read."""
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self) -> None:
+        self._rows: dict[bytes, tuple[bytes, TokenRow | None]] = {}
+
+    async def lookup(self, reader: Reader, token_digest: bytes) -> TokenRow | None:
+        version = reader.data_version()  # read before the query: a commit in between forces a re-read next time
+        cached = self._rows.get(token_digest)
+        if version is not None and cached is not None and cached[0] == version:
+            return cached[1]
+        row = await reader.token(token_digest)
+        if version is not None:
+            if len(self._rows) >= self.MAX_ENTRIES:
+                self._rows.clear()
+            self._rows[token_digest] = (version, row)
+        return row
+
+
 class AuthMiddleware(ASGIMiddleware):
     """Turns the bearer token into a Principal in `scope["auth"]`, or answers 401, 403 or 429."""
 
     def __init__(self, reader_key: str, limiter: RateLimiter | None) -> None:
         self.reader_key = reader_key
         self.limiter = limiter
+        self.tokens = TokenCache()
         self._touched: dict[str, int] = {}
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         reader: Reader = getattr(scope["litestar_app"].state, self.reader_key)
         now = time.time()
         now_us = int(now * US_PER_SECOND)
-        row = check_token(await reader.token(digest(bearer_secret(scope["headers"]))), now_us)
+        row = check_token(await self.tokens.lookup(reader, digest(bearer_secret(scope["headers"]))), now_us)
         principal = Principal(row.token_id, row.account_id, row.account, row.scopes)
         required = scope["route_handler"].opt.get("scope", READ_SCOPE)
         require_scope(principal, required)
         extra: dict[str, str] = self.limiter.hit(row.token_id, now) if self.limiter is not None else {}
-        await self._touch(reader, row, now_us)
+        self._touch(reader, row, now_us)
         scope["auth"] = principal
         await next_app(scope, receive, _with_headers(send, extra) if extra else send)
 
-    async def _touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
+    def _touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
+        """Note the token's last use, at most once a minute."""
         last = max(row.last_used_us or 0, self._touched.get(row.token_id, 0))
         if now_us - last >= LAST_USED_RESOLUTION_US:
             self._touched[row.token_id] = now_us
-            await reader.touch_token(row.token_id, now_us)
+            reader.touch_token(row.token_id, now_us)
 
 
 def _with_headers(send: Send, headers: dict[str, str]) -> Send:

@@ -36,9 +36,13 @@ class Envelope:
         given = next((v for k, v in scope["headers"] if k == REQUEST_ID_HEADER), None)
         rid = given.decode() if given is not None and _REASONABLE_ID.fullmatch(given) else uuid.uuid4().hex
         token = request_id.set(rid)
-        head = scope["method"] == "HEAD"
+        method = scope["method"]
+        head = method == "HEAD"
         if head:
             scope = {**scope, "method": "GET"}
+        elif method == "OPTIONS":
+            # The API answers GET and HEAD only; the router would otherwise answer OPTIONS on every path itself.
+            scope = {**scope, "method": "OPTIONS-NOT-SERVED"}
         started = time.perf_counter()
         status = 0
 
@@ -58,7 +62,7 @@ class Envelope:
                 access_log.info(
                     '%s "%s %s" %d %.1fms',
                     scope.get("client", ("-",))[0] if scope.get("client") else "-",
-                    "HEAD" if head else scope["method"],
+                    method,
                     scope["path"],
                     status,
                     (time.perf_counter() - started) * 1000,

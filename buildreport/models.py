@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, get_args, get_type_hints
 
 import msgspec
 
@@ -64,27 +64,27 @@ class BuildOutput(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Build(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """One remote build of a derivation."""
+    """One remote build of a derivation. Every field is always present in a response; nullable ones as null."""
 
     build_id: BuildId
     create_time: UtcDatetime
     start_time: UtcDatetime
     queue_time_seconds: NonNegativeFloat
-    duration_seconds: NonNegativeFloat | None = None
+    duration_seconds: NonNegativeFloat | None
     build_status: BuildStatus
-    status_message: str | None = None
+    status_message: str | None
     cpu_count: Annotated[int, msgspec.Meta(ge=1)]
     allocated_megabytes: NonNegativeInt
     cpu_seconds: NonNegativeInt
-    average_cpu_utilization: NonNegativeFloat | None = None
-    peak_memory_use_kilobytes: NonNegativeInt | None = None
-    peak_storage_use_kilobytes: NonNegativeInt | None = None
+    average_cpu_utilization: NonNegativeFloat | None
+    peak_memory_use_kilobytes: NonNegativeInt | None
+    peak_storage_use_kilobytes: NonNegativeInt | None
     derivation_path: Annotated[str, msgspec.Meta(min_length=1)]
-    outputs: list[BuildOutput] = msgspec.field(default_factory=list)
+    outputs: list[BuildOutput]
     system: Annotated[str, msgspec.Meta(min_length=1)]
-    tags: dict[str, str] = msgspec.field(default_factory=dict)
-    restart_of_build_id: BuildId | None = None
-    restarted_as_build_id: BuildId | None = None
+    tags: dict[str, str]
+    restart_of_build_id: BuildId | None
+    restarted_as_build_id: BuildId | None
 
 
 class BuildSummary(msgspec.Struct):
@@ -121,11 +121,27 @@ class Health(msgspec.Struct):
     status: str
 
 
-class ImportRecord(Build, kw_only=True, forbid_unknown_fields=True):
-    """One line of an import file: a Build, its account and, optionally, its log."""
+def _import_fields() -> list[tuple[str, Any, Any]]:
+    """Build's fields as an import record takes them: nullable ones, outputs and tags may be left out."""
+    hints = get_type_hints(Build, include_extras=True)
+    fields: list[tuple[str, Any, Any]] = []
+    for name in Build.__struct_fields__:
+        kind = hints[name]
+        if name == "outputs":
+            fields.append((name, kind, msgspec.field(default_factory=list)))
+        elif name == "tags":
+            fields.append((name, kind, msgspec.field(default_factory=dict)))
+        elif type(None) in get_args(kind):
+            fields.append((name, kind, None))
+        else:
+            fields.append((name, kind, msgspec.NODEFAULT))
+    return [*fields, ("account", AccountName, msgspec.NODEFAULT), ("log", str | None, None)]
 
-    account: AccountName
-    log: str | None = None
+
+# One line of an import file: a Build, its account and, optionally, its log.
+ImportRecord = msgspec.defstruct(
+    "ImportRecord", _import_fields(), kw_only=True, forbid_unknown_fields=True, module=__name__
+)
 
 
 class InvalidParam(msgspec.Struct):

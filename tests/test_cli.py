@@ -140,3 +140,19 @@ def test_sample_command_with_its_defaults_reproduces_the_committed_sample(tmp_pa
     run("sample", "-o", str(out))
     committed = Path(__file__).resolve().parent.parent / SAMPLE_PATH
     assert out.read_bytes() == committed.read_bytes()
+
+
+def test_token_list_shows_when_a_token_was_last_used(env):
+    import time
+
+    env.load([record(1)])
+    secret = run("token", "create", "--db", str(env.db), "--account", "acme").stdout.strip()
+    assert run("token", "list", "--db", str(env.db)).stdout.splitlines()[1].split()[-2:] == ["-", "-"]
+    with env.client() as client:
+        assert client.get("/builds", headers=auth(secret)).status_code == 200
+        deadline = time.monotonic() + 5
+        while sqlite3.connect(env.db).execute("SELECT last_used_us FROM tokens").fetchone() == (None,):
+            assert time.monotonic() < deadline, "last use was never recorded"
+            time.sleep(0.05)
+    row = run("token", "list", "--db", str(env.db)).stdout.splitlines()[1]
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+-$", row), row

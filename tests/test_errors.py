@@ -282,7 +282,7 @@ def test_unknown_path_is_404(api, path, with_token):
     assert response.headers.get("x-request-id")
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
 @pytest.mark.parametrize("path", ALL_PATHS)
 def test_other_methods_are_405_with_allow(api, path, method):
     client, secret = api
@@ -290,7 +290,7 @@ def test_other_methods_are_405_with_allow(api, path, method):
     assert_problem(response, 405)
     allowed = {m.strip() for m in response.headers["allow"].split(",")}
     assert {"GET", "HEAD"} <= allowed
-    assert not allowed & {"POST", "PUT", "DELETE", "PATCH"}
+    assert not allowed & {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"}
 
 
 # --- HEAD --------------------------------------------------------------------------------------
@@ -571,6 +571,7 @@ def test_openapi_build_schema_matches_the_seed(openapi):
         assert schema["properties"][name]["format"] == "date-time"
     assert schema["properties"]["outputs"]["items"]["$ref"].endswith("/BuildOutput")
     assert schema["properties"]["tags"]["additionalProperties"]["type"] == "string"
+    assert set(schema["required"]) == set(SEED_BUILD), "every field is always present, nullable ones as null"
 
 
 def test_openapi_build_status_has_the_eleven_values(openapi):
@@ -641,7 +642,8 @@ def test_unreadable_database_is_503_without_sql_in_the_body(env):
     with env.client() as client:
         assert client.get("/builds/1", headers=auth(secret)).status_code == 200
         conn = sqlite3.connect(env.db)
-        conn.execute("DROP TABLE builds")
+        for table in ("builds", "hourly_totals", "daily_usage"):
+            conn.execute(f"DROP TABLE {table}")
         conn.commit()
         conn.close()
         for path in ("/builds", "/builds/1", "/builds/summary", "/usage"):

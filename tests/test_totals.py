@@ -7,14 +7,19 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from conftest import record, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from buildreport.filters import BuildFilter
 from buildreport.ingest import ImportFailed, import_files
 from buildreport.models import BuildStatus
+from buildreport.store import queries
+from buildreport.store.reader import merge_summary_rows
 from buildreport.store.schema import open_database
 from buildreport.store.totals import FULL_RECOMPUTE_THRESHOLD, US_PER_DAY, US_PER_HOUR
+from buildreport.times import to_us
 
 ORIGIN = datetime(2026, 10, 1, tzinfo=UTC)
 FINISHED = [s.value for s in BuildStatus if s.value not in ("pending", "running")]
@@ -104,3 +109,48 @@ def test_totals_of_a_large_import_are_computed_in_one_pass(tmp_path):
     assert len(hourly) == hours
     assert hourly == hourly_from_builds(conn)
     assert daily == daily_from_builds(conn)
+
+
+# --- a summary over any window equals the computation from the builds alone -------------------------
+
+SUMMARY_RECORDS = [
+    to_record(
+        {
+            "build_id": i,
+            "account": "acme",
+            "minutes": (i * 37) % (60 * 24 * 3),
+            "status": [s.value for s in BuildStatus][i % 11],
+            "duration": (i * 611) % 5000,
+            "cpu": i * 13,
+            "nar": i * 1_000_003,
+        }
+    )
+    for i in range(2, 400, 2)
+]
+
+
+@pytest.fixture(scope="module")
+def summary_db(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("summary")
+    conn = open_database(tmp / "t.db")
+    import_files(conn, [write_jsonl(tmp / "s.jsonl", SUMMARY_RECORDS)], 0)
+    yield conn
+    conn.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    start=st.integers(-120, 60 * 24 * 3 + 120),
+    length=st.one_of(st.none(), st.integers(0, 60 * 24 * 4)),
+    seconds=st.integers(0, 59),
+    statuses=st.lists(st.sampled_from(list(BuildStatus)), max_size=3, unique=True),
+)
+def test_summary_from_totals_equals_summary_from_builds(summary_db, start, length, seconds, statuses):
+    low = to_us(ORIGIN) + (start * 60 + seconds) * 1_000_000
+    high = None if length is None else low + length * 60 * 1_000_000
+    build_filter = BuildFilter(create_from_us=low, create_to_us=high, statuses=tuple(statuses))
+    sql, params = queries.summary(1, build_filter)
+    combined = merge_summary_rows(summary_db.execute(sql, params).fetchall())
+    raw_sql, raw_params = queries._raw_summary(1, build_filter)
+    (raw,) = summary_db.execute(raw_sql, raw_params).fetchall()
+    assert combined == raw

@@ -601,6 +601,20 @@ def test_render_log_numbers_and_colours_lines():
     assert view.complete and view.total_lines == 4
 
 
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        (f"/nix/store/{'a' * 32}-hello-2.12.1.drv", "hello-2.12.1"),
+        (f"/nix/store/{'a' * 32}-source.drv", "source"),
+        ("/nix/store/nodash.drv", "nodash"),
+        ("weird", "weird"),
+        (f"/nix/store/{'a' * 32}-.drv", f"{'a' * 32}-"),
+    ],
+)
+def test_derivation_name(path, name):
+    assert web.derivation_name(path) == name
+
+
 # --- static files and the page's own links ----------------------------------------------------
 
 

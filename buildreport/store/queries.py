@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from buildreport.filters import BuildFilter, ListQuery, UsageQuery
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
 
 Query = tuple[str, list[object]]
+US_PER_HOUR = 3_600_000_000
 
 
 def in_list(statuses: frozenset[BuildStatus]) -> str:
@@ -56,12 +59,13 @@ def list_builds(account_id: int, query: ListQuery) -> Query:
         where += f" AND ({order_cols[0]}, {order_cols[1]}) < (?, ?)"
         params += [query.cursor.create_us, query.cursor.build_id]
     sql = (
-        f"SELECT b.create_us, b.build_id, b.body FROM {source} WHERE {where}"
+        f"SELECT b.create_us, b.build_id, b.body, b.body_hash FROM {source} WHERE {where}"
         f" ORDER BY {order_cols[0]} DESC, {order_cols[1]} DESC LIMIT ?"
     )
     return sql, [*params, query.limit + 1]
 
 
+# The twelve columns every part of a summary yields; reader.merge_summary_rows combines the parts.
 SUMMARY_COLUMNS = f"""
     count(*),
     coalesce(sum(b.status IN {in_list(SUCCESSFUL)}), 0),
@@ -73,24 +77,68 @@ SUMMARY_COLUMNS = f"""
     coalesce(sum(b.duration_us), 0),
     min(b.start_us),
     max(b.stop_us),
-    coalesce(max(b.stop_us IS NULL), 0),
+    coalesce(max(b.status IN {in_list(UNFINISHED)}), 0),
     coalesce(sum(b.nar_size_bytes), 0)
+"""
+TOTALS_COLUMNS = f"""
+    coalesce(sum(h.builds), 0),
+    coalesce(sum(CASE WHEN h.status IN {in_list(SUCCESSFUL)} THEN h.builds END), 0),
+    coalesce(sum(CASE WHEN h.status IN {in_list(FAILED)} THEN h.builds END), 0),
+    coalesce(sum(CASE WHEN h.status IN {in_list(DISCARDED)} THEN h.builds END), 0),
+    coalesce(sum(CASE WHEN h.status IN {in_list(UNFINISHED)} THEN h.builds END), 0),
+    coalesce(sum(h.cpu_seconds), 0),
+    coalesce(sum(CASE WHEN h.status IN {in_list(BILLABLE)} THEN h.cpu_seconds END), 0),
+    coalesce(sum(h.duration_us), 0),
+    min(h.first_start_us),
+    max(h.last_stop_us),
+    coalesce(max(h.status IN {in_list(UNFINISHED)}), 0),
+    coalesce(sum(h.nar_size_bytes), 0)
 """
 
 
-def summary(account_id: int, build_filter: BuildFilter) -> Query:
+def _raw_summary(account_id: int, build_filter: BuildFilter) -> Query:
     source, where, params = _filter_sql(account_id, build_filter, "b")
     return f"SELECT {SUMMARY_COLUMNS} FROM {source} WHERE {where}", params
 
 
+def _totals_summary(account_id: int, build_filter: BuildFilter, first_hour: int, end_hour: int | None) -> Query:
+    sql = f"SELECT {TOTALS_COLUMNS} FROM hourly_totals h WHERE h.account_id = ? AND h.hour_us >= ?"
+    params: list[object] = [account_id, first_hour]
+    if end_hour is not None:
+        sql += " AND h.hour_us < ?"
+        params.append(end_hour)
+    if build_filter.statuses:
+        sql += f" AND h.status IN ({','.join('?' * len(build_filter.statuses))})"
+        params += [s.value for s in build_filter.statuses]
+    return sql, params
+
+
+def summary(account_id: int, build_filter: BuildFilter) -> Query:
+    """One row per part: whole hours come from the hourly totals, the window's ragged edges from the builds."""
+    low, high = build_filter.create_from_us, build_filter.create_to_us
+    first_hour = -(-low // US_PER_HOUR) * US_PER_HOUR
+    end_hour = None if high is None else high // US_PER_HOUR * US_PER_HOUR
+    no_whole_hour = end_hour is not None and end_hour <= first_hour
+    if build_filter.tags or build_filter.derivation_path is not None or no_whole_hour:
+        return _raw_summary(account_id, build_filter)
+    parts = [
+        _raw_summary(account_id, msgspec.structs.replace(build_filter, create_to_us=first_hour)),
+        _totals_summary(account_id, build_filter, first_hour, end_hour),
+    ]
+    if end_hour is not None:
+        parts.append(_raw_summary(account_id, msgspec.structs.replace(build_filter, create_from_us=end_hour)))
+    return " UNION ALL ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]
+
+
 def usage(account_id: int, query: UsageQuery) -> Query:
+    """Billable builds by the UTC day they stopped: a sum over whole days of the daily usage."""
     sql = (
-        "SELECT coalesce(sum(cpu_seconds), 0), count(*) FROM builds"
-        f" WHERE account_id = ? AND stop_us >= ? AND status IN {in_list(BILLABLE)}"
+        "SELECT coalesce(sum(cpu_seconds), 0), coalesce(sum(builds), 0) FROM daily_usage"
+        " WHERE account_id = ? AND day_us >= ?"
     )
     params: list[object] = [account_id, query.from_us]
     if query.to_us is not None:
-        sql += " AND stop_us < ?"
+        sql += " AND day_us < ?"
         params.append(query.to_us)
     return sql, params
 

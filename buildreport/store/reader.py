@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 from pathlib import Path
 
 import aiosqlite
@@ -25,25 +28,62 @@ class TokenRow(msgspec.Struct, frozen=True):
 
 
 class BuildPage(msgspec.Struct):
-    """Encoded builds in list order and, when more match, where the next page starts."""
+    """Encoded builds in list order, their stored digests and, when more match, where the next page starts."""
 
     bodies: list[bytes]
+    hashes: list[int]
     next_cursor: Cursor | None
 
 
+
+log = logging.getLogger("buildreport.store")
+# The WAL index header (the first 48 bytes of the -shm file) changes with every commit of any process.
+_WAL_INDEX_HEADER = 48
+
+
+async def _connect(path: Path | str) -> aiosqlite.Connection:
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    for pragma in CONNECTION_PRAGMAS:
+        await conn.execute(pragma)
+    return conn
+
+
 class Reader:
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    """One connection for the queries that serve requests; a second, opened on first use, for token bookkeeping."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path | str) -> None:
         self._conn = conn
+        self._path = str(path)
+        self._writer: aiosqlite.Connection | None = None
+        self._shm: int | None = None
+        self._pending: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def open(cls, path: Path | str) -> Reader:
-        conn = await aiosqlite.connect(path, isolation_level=None)
-        for pragma in CONNECTION_PRAGMAS:
-            await conn.execute(pragma)
-        return cls(conn)
+        return cls(await _connect(path), path)
 
     async def close(self) -> None:
+        if self._pending:
+            await asyncio.wait(self._pending, timeout=5)
+        if self._writer is not None:
+            await self._writer.close()
         await self._conn.close()
+        if self._shm is not None:
+            os.close(self._shm)
+
+    def data_version(self) -> bytes | None:
+        """A value that differs after any commit to the database; None when it cannot be told.
+
+        Reading a few bytes of the WAL index costs far less than a query, so data derived from the
+        database (the token cache) can be checked on every request and still see a revocation at once.
+        """
+        try:
+            if self._shm is None:
+                self._shm = os.open(self._path + "-shm", os.O_RDONLY)
+            header = os.pread(self._shm, _WAL_INDEX_HEADER, 0)
+        except OSError:
+            return None
+        return header if len(header) == _WAL_INDEX_HEADER else None
 
     async def _rows(self, query: queries.Query) -> list[tuple]:
         sql, params = query
@@ -59,22 +99,37 @@ class Reader:
         token_id, account_id, account, scopes, expires_us, revoked_us, last_used_us = rows[0]
         return TokenRow(token_id, account_id, account, frozenset(scopes.split()), expires_us, revoked_us, last_used_us)
 
-    async def touch_token(self, token_id: str, now_us: int) -> None:
-        await self._rows(queries.touch_token(token_id, now_us))
+    def touch_token(self, token_id: str, now_us: int) -> None:
+        """Record a token's last use in the background, on a connection of its own: no request waits for it,
+        not even while an import holds the write lock."""
+        task = asyncio.create_task(self._touch(token_id, now_us))
+        self._pending.add(task)
+        task.add_done_callback(self._touched)
+
+    async def _touch(self, token_id: str, now_us: int) -> None:
+        if self._writer is None:
+            self._writer = await _connect(self._path)
+        sql, params = queries.touch_token(token_id, now_us)
+        await self._writer.execute(sql, params)
+
+    def _touched(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not record a token's last use: %s", task.exception())
 
     async def list_builds(self, account_id: int, query: ListQuery) -> BuildPage:
         rows = await self._rows(queries.list_builds(account_id, query))
         page = rows[: query.limit]
         next_cursor = Cursor(create_us=page[-1][0], build_id=page[-1][1]) if len(rows) > query.limit else None
-        return BuildPage(bodies=[row[2] for row in page], next_cursor=next_cursor)
+        return BuildPage(bodies=[row[2] for row in page], hashes=[row[3] for row in page], next_cursor=next_cursor)
 
     async def build(self, account_id: int, build_id: int) -> bytes | None:
         rows = await self._rows(queries.get_build(account_id, build_id))
         return rows[0][0] if rows else None
 
     async def summary(self, account_id: int, build_filter: BuildFilter, now_us: int) -> BuildSummary:
-        (row,) = await self._rows(queries.summary(account_id, build_filter))
-        return summary_from_row(row, now_us)
+        rows = await self._rows(queries.summary(account_id, build_filter))
+        return summary_from_row(merge_summary_rows(rows), now_us)
 
     async def usage(self, account_id: int, query: UsageQuery) -> Usage:
         (row,) = await self._rows(queries.usage(account_id, query))
@@ -83,6 +138,23 @@ class Reader:
     async def log(self, account_id: int, build_id: int) -> tuple[int, bytes] | None:
         rows = await self._rows(queries.get_log(account_id, build_id))
         return (rows[0][0], rows[0][1]) if rows else None
+
+
+def _least(values: list[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _most(values: list[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def merge_summary_rows(rows: list[tuple]) -> tuple:
+    """One row of `queries.SUMMARY_COLUMNS` from the rows of a summary's parts."""
+    columns = list(zip(*rows, strict=True))
+    sums = [sum(columns[i]) for i in range(8)]
+    return (*sums, _least(list(columns[8])), _most(list(columns[9])), max(columns[10]), sum(columns[11]))
 
 
 def summary_from_row(row: tuple, now_us: int) -> BuildSummary:

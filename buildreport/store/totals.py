@@ -6,9 +6,8 @@ import sqlite3
 from collections.abc import Iterable
 
 from buildreport.models import BILLABLE
-from buildreport.store.queries import in_list
+from buildreport.store.queries import US_PER_HOUR, in_list
 
-US_PER_HOUR = 3_600_000_000
 US_PER_DAY = 24 * US_PER_HOUR
 # Past this many touched hours of one account, one pass over all its builds is cheaper than one query an hour.
 FULL_RECOMPUTE_THRESHOLD = 500
