@@ -211,8 +211,8 @@ async def get_build_url(
     # Whole seconds, rounded up: the link lives at least `ttl` seconds and `expires_at` is exact.
     expires_us = -(-(now_us() + ttl * US_PER_SECOND) // US_PER_SECOND) * US_PER_SECOND
     signer: LinkSigner = request.app.state.signer
-    token = signer.sign(LinkClaims(_principal(request).account_id, number, expires_us))
-    url = f"{request.app.state.settings.base_url}/b/{token}"
+    claims = LinkClaims(_principal(request).account_id, number, expires_us)
+    url = signer.link_url(request.app.state.settings.base_url, claims)
     return json_response(request, _ENCODE(BuildURL(build_id=number, url=url, expires_at=from_us(expires_us))))
 
 

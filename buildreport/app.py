@@ -73,6 +73,12 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[bytes]:
     return Response(content=msgspec.json.encode(Health(status="ok")), media_type=MediaType.JSON)
 
 
+@get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response[bytes]:
+    """Browsers ask for it on every page, the raw log included; there is none."""
+    return Response(content=b"", status_code=204, headers={"Cache-Control": "public, max-age=86400"})
+
+
 def _openapi() -> OpenAPIConfig:
     return OpenAPIConfig(
         title="buildreport",
@@ -104,7 +110,7 @@ def create_litestar(settings: Settings) -> Litestar:
     from buildreport.web import web_router  # the signed page is a second face over the same reader
 
     return Litestar(
-        route_handlers=[api_router(settings.rate_limit), web_router(), healthz],
+        route_handlers=[api_router(settings.rate_limit), web_router(), healthz, favicon],
         lifespan=[lifespan],
         plugins=[
             ProblemDetailsPlugin(

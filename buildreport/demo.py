@@ -91,5 +91,4 @@ def _demo_link(conn: sqlite3.Connection, settings: Settings, account: str | None
     if row is None:
         return None
     expires_us = (now_us + DEMO_LINK_TTL_US) // US_PER_SECOND * US_PER_SECOND
-    token = LinkSigner(load_secret_keys(settings)).sign(LinkClaims(row[0], row[1], expires_us))
-    return f"{settings.base_url}/b/{token}"
+    return LinkSigner(load_secret_keys(settings)).link_url(settings.base_url, LinkClaims(row[0], row[1], expires_us))

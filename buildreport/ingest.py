@@ -18,6 +18,7 @@ from buildreport.store.writer import BuildWriter, WriteStats
 _DECODER = msgspec.json.Decoder(ImportRecord)
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_REPORTED_ERRORS = 1000
+IMPORT_CACHE_KIB = 1024 * 1024
 
 
 class Location(msgspec.Struct, frozen=True):
@@ -126,6 +127,8 @@ def import_files(
     def conflict(location: object, field: str, reason: str) -> None:
         errors.append(RecordError(location, field, reason))  # type: ignore[arg-type]
 
+    # A large import touches every index page; a page cache of up to 1 GiB keeps them in memory for this connection.
+    conn.execute(f"PRAGMA cache_size = -{IMPORT_CACHE_KIB}")
     conn.execute("BEGIN IMMEDIATE")
     try:
         writer = BuildWriter(conn, conflict, now_us)

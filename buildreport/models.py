@@ -63,7 +63,7 @@ class BuildOutput(msgspec.Struct, forbid_unknown_fields=True):
     nar_size_bytes: NonNegativeInt
 
 
-class Build(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class Build(msgspec.Struct, forbid_unknown_fields=True):
     """One remote build of a derivation. Every field is always present in a response; nullable ones as null."""
 
     build_id: BuildId

@@ -216,6 +216,8 @@ def test_headers_on_every_answer(env):
             "forbidden log": (client.get(good + "X/log"), 403),
             "expired": (client.get(f"/b/{expired}"), 410),
             "no log": (client.get(no_log + "/log"), 404),
+            "head of page": (client.head(good), 200),
+            "head of raw log": (client.head(good + "/log"), 200),
         }
     for name, (response, status) in answers.items():
         assert response.status_code == status, name

@@ -6,7 +6,6 @@ import can name every bad record before the caller rolls everything back.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import zlib
 from collections.abc import Callable, Sequence
@@ -18,7 +17,7 @@ from buildreport.models import Build, ImportRecord
 from buildreport.store.totals import day_of, hour_of, recompute_days, recompute_hours
 from buildreport.times import to_us
 
-_BUILD_FIELDS = Build.__struct_fields__
+_BUILD_FIELD_COUNT = len(Build.__struct_fields__)
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(Build)
 # SQLite allows 32766 variables a statement; a batch stays well below it.
@@ -67,7 +66,7 @@ class _Row(msgspec.Struct):
 
 def body_hash(body: bytes) -> int:
     """A 64-bit digest of a build's JSON, stored beside it so that ETags of long lists cost no hashing."""
-    return int.from_bytes(hashlib.blake2b(body, digest_size=8).digest(), "big", signed=True)
+    return (zlib.crc32(body) << 32 | zlib.adler32(body)) - (1 << 63)
 
 
 class _Existing(msgspec.Struct):
@@ -93,15 +92,12 @@ ON CONFLICT (build_id) DO UPDATE SET
 
 
 def to_build(record: ImportRecord) -> Build:
-    """The Build part of an import record, with its times in UTC."""
-    values = {name: getattr(record, name) for name in _BUILD_FIELDS}
-    for name in ("create_time", "start_time"):
-        moment = values[name]
-        if moment.utcoffset():
-            values[name] = moment.astimezone(UTC)
-        elif moment.tzinfo is not UTC:
-            values[name] = moment.replace(tzinfo=UTC)
-    return Build(**values)
+    """The Build part of an import record (its leading fields), with its times in UTC."""
+    build = Build(*msgspec.structs.astuple(record)[:_BUILD_FIELD_COUNT])
+    if build.create_time.tzinfo is not UTC or build.start_time.tzinfo is not UTC:
+        build.create_time = build.create_time.astimezone(UTC)
+        build.start_time = build.start_time.astimezone(UTC)
+    return build
 
 
 class BuildWriter:
