@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -19,14 +18,10 @@ from buildreport.errors import NotFound
 from buildreport.models import Build, BuildSummary, BuildURL, Problem, Usage
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
-from buildreport.times import US_PER_SECOND, format_us, from_us
+from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
 
 _ENCODE = msgspec.json.encode
 Pairs = list[tuple[str, str]]
-
-
-def now_us() -> int:
-    return int(time.time() * US_PER_SECOND)
 
 
 def query_pairs(request: Request[Any, Any, Any]) -> Pairs:

@@ -15,14 +15,10 @@ import click
 from buildreport import __version__
 from buildreport.config import DEFAULT_RATE_LIMIT, Settings, default_db
 from buildreport.store.schema import DatabaseError, open_database
-from buildreport.times import US_PER_SECOND, format_us
+from buildreport.times import US_PER_SECOND, format_us, now_us
 
 DURATION = re.compile(r"(\d+)([smhd])")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _now_us() -> int:
-    return int(time.time() * US_PER_SECOND)
 
 
 def _err(message: str) -> None:
@@ -182,7 +178,7 @@ def _import_with_progress(conn, files: list[Path], transform=None):  # type: ign
 
     total_bytes = sum(f.stat().st_size for f in files if f.is_file())
     if not sys.stderr.isatty() or total_bytes < 8 * 1024 * 1024:
-        return import_files(conn, files, _now_us(), transform=transform)
+        return import_files(conn, files, now_us(), transform=transform)
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True) as bar:
@@ -190,7 +186,7 @@ def _import_with_progress(conn, files: list[Path], transform=None):  # type: ign
         return import_files(
             conn,
             files,
-            _now_us(),
+            now_us(),
             on_progress=lambda n: bar.update(task, description=f"importing: {n:,} builds read"),
             transform=transform,
         )
@@ -230,7 +226,7 @@ def token_create(db: str, account: str, scopes: tuple[str, ...], expires_in: str
     lifetime = _duration_seconds(expires_in)
     conn = _open(db)
     with conn:
-        now = _now_us()
+        now = now_us()
         conn.execute("BEGIN IMMEDIATE")
         account_id = ensure_account(conn, account, now)
         token_id, secret, token_digest = new_token()
@@ -290,7 +286,7 @@ def token_revoke(db: str, token_id: str) -> None:
 
     conn = _open(db)
     with conn:
-        found = revoke_token(conn, token_id, _now_us())
+        found = revoke_token(conn, token_id, now_us())
     conn.close()
     if not found:
         raise click.ClickException(f"no token {token_id}; `buildreport token list` shows them")
@@ -375,7 +371,7 @@ def demo(db: str | None, **kwargs: object) -> None:
     _check_port(settings.host, settings.port)
     conn = _open(db)
     try:
-        lines = prepare_demo(conn, settings, sample_data_path(), _now_us())
+        lines = prepare_demo(conn, settings, sample_data_path(), now_us())
     finally:
         conn.close()
     click.echo("\n".join(lines))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, date, datetime, timedelta
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -17,6 +18,11 @@ _DATETIME = re.compile(
     r"(?:\.(?P<frac>\d{1,9}))?"
     r"(?P<offset>[Zz]|[+ -]\d{2}:\d{2})?"
 )
+
+
+def now_us() -> int:
+    """The current time in microseconds since the epoch."""
+    return time.time_ns() // 1000
 
 
 def to_us(moment: datetime) -> int:

@@ -32,12 +32,11 @@ from litestar.response import Stream
 from markupsafe import Markup
 
 from buildreport import ansi, humanize
-from buildreport.api import now_us
 from buildreport.errors import Problem
 from buildreport.models import DISCARDED, FAILED, SUCCESSFUL, Build, BuildStatus
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
-from buildreport.times import from_us
+from buildreport.times import from_us, now_us
 
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self' data:; base-uri 'none'; "
