@@ -2,19 +2,25 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# The service alone for the demo; the test tools too for everything else.
+RUN_STAMP := $(VENV)/.installed-run
+STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUN_STAMP)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
-demo: $(STAMP)
+demo: $(RUN_STAMP)
 	$(BIN)/buildreport demo
 
 test: $(STAMP)
@@ -29,12 +35,13 @@ clean:
 
 # --- one executable (packaging/) ---------------------------------------------------------
 # `make binary` builds dist/buildreport, a single file that runs without Python; `make smoke`
-# runs packaging/smoke_test.py against it. PyInstaller is installed into the venv on first use.
+# runs packaging/smoke_test.py against it. PyInstaller is installed into the venv on first use;
+# BUILDREPORT_COMPACT=1 make binary trades start-up time for a smaller file (see the spec).
 PYINSTALLER_SPEC ?= pyinstaller>=6.10,<7
 
 .PHONY: binary smoke
 
-binary: $(STAMP)
+binary: $(RUN_STAMP)
 	$(BIN)/python -c 'import PyInstaller' 2>/dev/null || $(BIN)/python -m pip install --quiet '$(PYINSTALLER_SPEC)'
 	test -f sample_data/builds.jsonl.gz || $(BIN)/buildreport sample -o sample_data/builds.jsonl.gz
 	$(BIN)/pyinstaller --noconfirm --log-level WARN --distpath dist --workpath build packaging/buildreport.spec
@@ -43,3 +50,17 @@ binary: $(STAMP)
 smoke: $(STAMP)
 	@test -x dist/buildreport || { echo "dist/buildreport is missing: run 'make binary' first" >&2; exit 1; }
 	BUILDREPORT_EXE=$(CURDIR)/dist/buildreport $(BIN)/python -m pytest packaging/smoke_test.py
+
+# --- benchmark (bench/) --------------------------------------------------------------------
+# `make bench` generates and imports BENCH_BUILDS builds (default 1000000; cached in bench/data/),
+# loads a real server with wrk and writes bench/report.md and bench/report.json. Quick check:
+# `BENCH_BUILDS=3000 BENCH_SECONDS=1 make bench`. wrk is installed from Debian when missing and root;
+# without it bench/run.py falls back to a Python client and says so in the report.
+.PHONY: bench
+
+bench: $(STAMP)
+	@command -v wrk >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || \
+		timeout 300 apt-get install -y -qq wrk >/dev/null 2>&1 || \
+		{ timeout 300 apt-get update -qq >/dev/null 2>&1 && timeout 300 apt-get install -y -qq wrk >/dev/null 2>&1; } || \
+		echo "bench: could not install wrk; using the Python client" >&2
+	$(BIN)/python bench/run.py

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 from pathlib import Path
 
 import aiosqlite
@@ -48,12 +49,26 @@ async def _connect(path: Path | str) -> aiosqlite.Connection:
     return conn
 
 
+def _connect_local(path: Path | str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    for pragma in CONNECTION_PRAGMAS:
+        conn.execute(pragma)
+    return conn
+
+
 class Reader:
-    """One connection for the queries that serve requests; a second, opened on first use, for token bookkeeping."""
+    """The queries that serve requests.
+
+    Range queries (lists, summaries, usage, logs) run on one aiosqlite connection, off the event loop.
+    Lookups by key (a token, one build) take a few microseconds in SQLite, less than handing them to
+    aiosqlite's thread and back; they run on a plain connection in the event loop's own thread.
+    A third connection, opened on first use, records when tokens were last used.
+    """
 
     def __init__(self, conn: aiosqlite.Connection, path: Path | str) -> None:
         self._conn = conn
         self._path = str(path)
+        self._local = _connect_local(path)
         self._writer: aiosqlite.Connection | None = None
         self._shm: int | None = None
         self._pending: set[asyncio.Task[None]] = set()
@@ -68,6 +83,7 @@ class Reader:
         if self._writer is not None:
             await self._writer.close()
         await self._conn.close()
+        self._local.close()
         if self._shm is not None:
             os.close(self._shm)
 
@@ -89,11 +105,15 @@ class Reader:
         sql, params = query
         return list(await self._conn.execute_fetchall(sql, params))
 
+    def _lookup(self, query: queries.Query) -> list[tuple]:
+        sql, params = query
+        return self._local.execute(sql, params).fetchall()
+
     async def ping(self) -> bool:
         return bool(await self._rows(("SELECT 1", [])))
 
     async def token(self, digest: bytes) -> TokenRow | None:
-        rows = await self._rows(queries.token_by_digest(digest))
+        rows = self._lookup(queries.token_by_digest(digest))
         if not rows:
             return None
         token_id, account_id, account, scopes, expires_us, revoked_us, last_used_us = rows[0]
@@ -124,7 +144,7 @@ class Reader:
         return BuildPage(bodies=[row[2] for row in page], hashes=[row[3] for row in page], next_cursor=next_cursor)
 
     async def build(self, account_id: int, build_id: int) -> bytes | None:
-        rows = await self._rows(queries.get_build(account_id, build_id))
+        rows = self._lookup(queries.get_build(account_id, build_id))
         return rows[0][0] if rows else None
 
     async def summary(self, account_id: int, build_filter: BuildFilter, now_us: int) -> BuildSummary:
