@@ -1,0 +1,176 @@
+"""The in-process floor: what each endpoint costs without HTTP, in one process on a uvloop event loop.
+
+For the JSON endpoints the floor is: parsing the query pairs into the typed query (as the handler
+does), the `Reader` call, and encoding the response body bytes (`b"[" + b",".join(bodies) + b"]"`
+for a list, `msgspec.json.encode` for the rest). Not included: routing, authentication, the ETag
+digest, headers, uvicorn and the socket. For the signed page it is the page handler's own function
+called with a stand-in request (link check, reads, log rendering in a thread, template), since its
+work is mostly rendering; when that cannot be called, the reads alone, marked as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import msgspec
+
+from buildreport import filters
+from buildreport.config import Settings, load_secret_keys
+from buildreport.models import BuildURL, Health
+from buildreport.signing import LinkClaims, LinkSigner
+from buildreport.store.reader import Reader
+from buildreport.times import US_PER_SECOND, from_us, now_us
+
+_ENCODE = msgspec.json.encode
+Step = Callable[[int], Awaitable[bytes]]
+
+
+def _steps(reader: Reader, signer: LinkSigner, settings: Settings, account_id: int,
+           endpoint: dict[str, Any], notes: list[str]) -> Step:
+    kind = endpoint["kind"]
+    pairs = endpoint.get("pairs", [])
+    ids: list[int] = endpoint.get("ids", [])
+
+    if kind == "list":
+        async def step(i: int) -> bytes:
+            query = filters.parse_list_query(pairs, now_us())
+            page = await reader.list_builds(account_id, query)
+            return b"[" + b",".join(page.bodies) + b"]"
+    elif kind == "build":
+        async def step(i: int) -> bytes:
+            body = await reader.build(account_id, ids[i % len(ids)])
+            assert body is not None
+            return body
+    elif kind == "url":
+        async def step(i: int) -> bytes:
+            build_id = ids[i % len(ids)]
+            body = await reader.build(account_id, build_id)
+            assert body is not None
+            expires_us = -(-(now_us() + 3600 * US_PER_SECOND) // US_PER_SECOND) * US_PER_SECOND
+            url = signer.link_url(settings.base_url, LinkClaims(account_id, build_id, expires_us))
+            return _ENCODE(BuildURL(build_id=build_id, url=url, expires_at=from_us(expires_us)))
+    elif kind == "summary":
+        async def step(i: int) -> bytes:
+            now = now_us()
+            build_filter = filters.parse_summary_query(pairs, now)
+            return _ENCODE(await reader.summary(account_id, build_filter, now))
+    elif kind == "usage":
+        async def step(i: int) -> bytes:
+            query = filters.parse_usage_query(pairs, now_us())
+            return _ENCODE(await reader.usage(account_id, query))
+    elif kind == "healthz":
+        async def step(i: int) -> bytes:
+            await reader.ping()
+            return _ENCODE(Health(status="ok"))
+    elif kind == "page":
+        step = _page_step(reader, signer, settings, endpoint["tokens"], notes)
+    else:
+        raise ValueError(f"unknown endpoint kind {kind}")
+    return step
+
+
+def _page_step(reader: Reader, signer: LinkSigner, settings: Settings, tokens: list[str], notes: list[str]) -> Step:
+    from buildreport import web
+
+    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(reader=reader, signer=signer,
+                                                                        settings=settings)))
+    handler = getattr(web.build_page, "fn", None)
+
+    async def full(i: int) -> bytes:
+        response = await handler(request, tokens[i % len(tokens)])  # type: ignore[misc]
+        assert response.status_code == 200, response.status_code
+        return response.content
+
+    async def reads_only(i: int) -> bytes:
+        claims = signer.verify(tokens[i % len(tokens)])
+        assert claims is not None
+        body = await reader.build(claims.account_id, claims.build_id)
+        stored = await reader.log(claims.account_id, claims.build_id)
+        return (body or b"") + (stored[1] if stored else b"")
+
+    async def pick(i: int) -> bytes:
+        nonlocal chosen
+        if chosen is None:
+            try:
+                await full(i)
+                chosen = full
+            except Exception as exc:
+                notes.append(f"signed page floor: the handler could not be called in-process ({exc!r}); "
+                             "floor is the reads only")
+                chosen = reads_only
+        return await chosen(i)
+
+    chosen: Step | None = None if handler is not None else reads_only
+    if handler is None:
+        notes.append("signed page floor: no handler function found; floor is the reads only")
+    return pick
+
+
+async def _measure(step: Step, iterations: int, warmup: int, budget_s: float) -> dict[str, Any]:
+    deadline = time.perf_counter() + budget_s
+    size = 0
+    for i in range(warmup):
+        size = len(await step(i))
+        if time.perf_counter() > deadline:
+            break
+    samples: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    for i in range(iterations):
+        started = time.perf_counter()
+        await step(i)
+        samples.append(time.perf_counter() - started)
+        if time.perf_counter() > deadline:
+            break
+    samples.sort()
+    return {
+        "iterations": len(samples),
+        "p50_ms": round(statistics.median(samples) * 1000, 4),
+        "p90_ms": round(samples[min(len(samples) - 1, int(len(samples) * 0.9))] * 1000, 4),
+        "min_ms": round(samples[0] * 1000, 4),
+        "body_bytes": size,
+    }
+
+
+async def _run(db: Path, account_id: int, endpoints: list[dict[str, Any]], iterations: int, warmup: int,
+               budget_s: float) -> dict[str, Any]:
+    settings = Settings(db=str(db))
+    signer = LinkSigner(load_secret_keys(settings))
+    reader = await Reader.open(db)
+    results: dict[str, Any] = {}
+    try:
+        for endpoint in endpoints:
+            notes: list[str] = []
+            try:
+                step = _steps(reader, signer, settings, account_id, endpoint, notes)
+                result = await _measure(step, iterations, warmup, budget_s)
+            except Exception as exc:
+                result = {"error": repr(exc)}
+            if notes:
+                result["notes"] = notes
+            results[endpoint["key"]] = result
+    finally:
+        await reader.close()
+    return results
+
+
+def measure(db: Path, account_id: int, endpoints: list[dict[str, Any]], *, iterations: int = 200,
+            warmup: int = 20, budget_s: float = 10.0) -> dict[str, Any]:
+    """p50 per endpoint over at most `iterations` runs or `budget_s` seconds, after `warmup` runs."""
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+        loop_kind = f"uvloop {uvloop.__version__}"
+    except ImportError:
+        loop_factory = None
+        loop_kind = "asyncio (uvloop missing)"
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        results = runner.run(_run(db, account_id, endpoints, iterations, warmup, budget_s))
+    return {"loop": loop_kind, "iterations_max": iterations, "warmup": warmup, "budget_s": budget_s,
+            "endpoints": results}

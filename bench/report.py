@@ -1,0 +1,304 @@
+# ruff: noqa: RUF001  (the report uses the multiplication sign and en dash on purpose)
+"""The targets, and bench/report.md from the figures that bench/report.json holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MILLION = 1_000_000
+TARGETS = {
+    "builds_rps_c32": 600.0,
+    "builds_p50_ms_c1": 3.0,
+    "build_rps_c32": 6000.0,
+    "summary_365d_p50_ms": 20.0,
+    "usage_month_p50_ms": 10.0,
+    "usage_year_p50_ms": 20.0,
+    "import_1m_nolog_s": 30.0,
+    "http_over_floor": 1.5,
+    "workers_gain": 1.10,
+}
+
+
+def dig(data: Any, *keys: Any) -> Any:
+    for key in keys:
+        if not isinstance(data, dict) or data.get(key) is None:
+            return None
+        data = data[key]
+    return data
+
+
+def ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:,.0f}"
+
+
+def rps(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f}"
+
+
+def mib(value: int | None) -> str:
+    return "–" if value is None else f"{value / 2**20:,.1f} MiB"
+
+
+def _row(target: str, threshold: str, value: float | None, shown: str, ok: bool | None, note: str = "") -> dict:
+    status = "n/a" if value is None or ok is None else "PASS" if ok else "MISS"
+    return {"target": target, "threshold": threshold, "value": value, "measured": shown if value is not None
+            else "not measured", "status": status, "note": note}
+
+
+def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
+    eps = dig(out, "http", "endpoints") or {}
+    rows = []
+
+    # The default window answers 500 builds from about 1M builds on; below that the 365-day window stands in
+    # (the same query plan: the newest builds of the account by time, 501 rows read).
+    key, few = "builds_default", ""
+    items = dig(eps, "builds_default", "probe", "items")
+    if items is not None and items < 500:
+        stand_in = dig(eps, "builds_365d", "probe", "items")
+        few = f"the default window answers only {items} builds at this data size"
+        if stand_in is not None:
+            key = "builds_365d"
+            few += f"; figure from `/builds?create_time_from=<365 days ago>`, which answers {stand_in}"
+    elif items is not None:
+        few = f"{items} builds per answer"
+    value = dig(eps, key, "c32", "rps")
+    rows.append(_row("/builds 500 builds, 32 clients, one process", f"≥ {TARGETS['builds_rps_c32']:,.0f} req/s",
+                     value, f"{rps(value)} req/s", value is not None and value >= TARGETS["builds_rps_c32"], few))
+    value = dig(eps, key, "c1", "p50_ms")
+    rows.append(_row("/builds 500 builds, 1 client, p50", f"≤ {TARGETS['builds_p50_ms_c1']:g} ms", value,
+                     f"{ms(value)} ms", value is not None and value <= TARGETS["builds_p50_ms_c1"], few))
+    value = dig(eps, "build_by_id", "c32", "rps")
+    rows.append(_row("/builds/{id}, 32 clients, one process", f"≥ {TARGETS['build_rps_c32']:,.0f} req/s", value,
+                     f"{rps(value)} req/s", value is not None and value >= TARGETS["build_rps_c32"]))
+    for key, label, limit in (("summary_365d", "/builds/summary 365 days, no tag, p50", "summary_365d_p50_ms"),
+                              ("usage_month", "/usage one month, p50", "usage_month_p50_ms"),
+                              ("usage_year", "/usage one year, p50", "usage_year_p50_ms")):
+        value = dig(eps, key, "c1", "p50_ms")
+        rows.append(_row(label + " (1 client)", f"≤ {TARGETS[limit]:g} ms", value, f"{ms(value)} ms",
+                         value is not None and value <= TARGETS[limit]))
+
+    builds = dig(out, "settings", "builds")
+    entry = dig(out, "import", "without_logs") or {}
+    wall, fixed, net = entry.get("wall_s"), entry.get("fixed_s"), entry.get("net_s")
+    value, note = None, ""
+    if wall is not None and builds == MILLION:
+        value = wall
+    elif wall is not None and builds < MILLION:
+        # What does not grow with the builds (start-up, schema) once, the rest in proportion.
+        value = fixed + net * MILLION / builds
+        note = (f"scaled: {builds:,} builds took {wall:.2f} s wall, of which {fixed:.2f} s is the cost of "
+                f"importing an empty file; 1M ≈ {fixed:.2f} + {net:.2f} × {MILLION / builds:,.1f}"
+                + ("; rough below 100,000 builds" if builds < 100_000 else ""))
+    elif wall is not None:
+        value = wall * MILLION / builds
+        note = f"scaled: {builds:,} builds took {wall:.2f} s wall"
+    rows.append(_row("import 1M builds without logs, wall clock" + (" (scaled)" if note else ""),
+                     f"≤ {TARGETS['import_1m_nolog_s']:g} s", value, f"{value:.1f} s" if value is not None else "",
+                     value is not None and value <= TARGETS["import_1m_nolog_s"], note))
+
+    floors = dig(out, "floor", "endpoints") or {}
+    for key, entry in eps.items():
+        http_p50 = dig(entry, "c1", "p50_ms")
+        floor_p50 = dig(floors, key, "p50_ms")
+        ratio = http_p50 / floor_p50 if http_p50 is not None and floor_p50 else None
+        rows.append(_row(f"HTTP p50 / floor: {entry['label']}", f"≤ {TARGETS['http_over_floor']:g}×", ratio,
+                         f"{ratio:.2f}× ({ms(http_p50)} / {ms(floor_p50)} ms)" if ratio is not None else "",
+                         ratio is not None and ratio <= TARGETS["http_over_floor"]))
+
+    for key, label in (("builds_default", "/builds"), ("build_by_id", "/builds/{id}")):
+        one = dig(eps, key, "c32", "rps")
+        two = dig(out, "workers2", "endpoints", key, "rps")
+        ratio = two / one if one and two is not None else None
+        rows.append(_row(f"throughput grows with workers: {label}, 32 clients",
+                         f"2 workers ≥ {TARGETS['workers_gain']:.2f}× 1 worker", ratio,
+                         f"{ratio:.2f}× ({rps(one)} → {rps(two)} req/s)" if ratio is not None else "",
+                         ratio is not None and ratio >= TARGETS["workers_gain"]))
+    return rows
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def markdown(out: dict[str, Any]) -> str:
+    s = out.get("settings", {})
+    m = out.get("machine", {})
+    lines = [
+        "# buildreport benchmark",
+        "",
+        "<!-- GENERATED FILE: written by `make bench` (bench/run.py). Do not edit; run `make bench` again. -->",
+        f"_Generated by `make bench` (bench/run.py) on {out.get('generated_at')}; do not edit by hand._",
+        "",
+        f"`BENCH_BUILDS={s.get('builds')}` builds over {s.get('days')} days for `{s.get('accounts')}` (seed "
+        f"{s.get('seed')}, logs on {s.get('log_share', 0):.0%}, data ending {dig(out, 'data', 'end')}), "
+        f"`BENCH_SECONDS={s.get('seconds')}` per load run, load client: **{out.get('client')}**, "
+        f"account measured: `{s.get('account_measured')}`.",
+        "",
+    ]
+    if out.get("failures"):
+        lines += ["## FAILED measurements", ""] + [f"- {f.splitlines()[0]}" for f in out["failures"]] + [""]
+
+    lines += ["## Targets", ""]
+    lines += _table(["target", "threshold", "measured", "", "note"],
+                    [[r["target"], r["threshold"], r["measured"], f"**{r['status']}**", r["note"]]
+                     for r in out.get("targets", [])])
+    if out.get("notes"):
+        lines += ["Notes:", ""] + [f"- {n}" for n in out["notes"]] + [""]
+
+    lines += ["## Machine", ""]
+    pk = m.get("packages", {})
+    lines += _table(["", ""], [
+        ["CPU", f"{m.get('cpu_model')}; {m.get('cpus')} cores ({m.get('cpus_usable')} usable)"],
+        ["memory", f"{m.get('memory_gib')} GiB"],
+        ["kernel", m.get("kernel")],
+        ["Python / SQLite", f"{m.get('python')} / {m.get('sqlite')}"],
+        ["wrk", m.get("wrk") or "not installed"],
+        ["packages", ", ".join(f"{k} {v}" for k, v in pk.items() if v)],
+        ["code", f"git {m.get('git')}"],
+        ["load average (1, 5, 15 min)", f"start {_load(m.get('loadavg_start'))}; end {_load(m.get('loadavg_end'))}"],
+    ])
+
+    start, end, cpus = m.get("loadavg_start"), m.get("loadavg_end"), m.get("cpus") or 1
+    if start and end and max(start[0], end[0]) > 0.5 * cpus:
+        lines += [f"**The machine was busy**: a load average of {start[0]:.2f} at the start and {end[0]:.2f} at "
+                  f"the end on {cpus} cores means other work shared the CPU; expect figures to vary between runs.",
+                  ""]
+
+    lines += ["## Data and import", ""]
+    files = dig(out, "data", "files") or {}
+    per_account = dig(out, "data", "builds_per_account") or {}
+    tags = dig(out, "data", "project_tags") or {}
+    lines += ["Builds per account: " + ", ".join(f"{k} {v:,}" for k, v in per_account.items())
+              + f"; `project` tags of `{s.get('account_measured')}`: "
+              + ", ".join(f"{k} {v:,}" for k, v in tags.items()) + ". Files: "
+              + "; ".join(f"`{name}` {mib(f.get('bytes'))}" + (" (cached)" if f.get("cached")
+                          else f" (generated in {f.get('seconds')} s)") for name, f in files.items()) + ".", ""]
+    rows = []
+    for key, label in (("with_logs", f"with logs ({s.get('log_share', 0):.0%})"), ("without_logs", "without logs")):
+        entry = dig(out, "import", key)
+        if entry:
+            sizes = entry["sizes"]
+            rows.append([label, f"{entry['builds']:,}", f"{entry['wall_s']:.2f}", f"{entry['import_s']:.1f}",
+                         f"{entry['fixed_s']:.2f}", rps(entry["builds_per_s_wall"]), rps(entry["builds_per_s_net"]),
+                         mib(sizes["db"]), mib(sizes["db_wal"]), mib(sizes["db_plus_wal"]),
+                         f"{entry['measured_at']}" + (" (cached)" if entry.get("cached") else "")])
+    lines += _table(["import", "builds", "wall s", "reported s", "empty-file s", "builds/s (wall)",
+                     "builds/s (net)", "db", "wal", "db + wal", "measured"], rows)
+    lines += ["`wall s`: the whole `buildreport import` process; `reported s`: the time it prints (rounded to "
+              "0.1 s); `empty-file s`: the wall time of importing an empty file into a new database (start-up, "
+              "schema), and `net` is wall minus that. The database of the import with logs is the one served "
+              "below; the one without logs is deleted after measuring.", ""]
+
+    lines += ["## HTTP, one worker (`--workers 1 --rate-limit 0 --no-access-log`)", ""]
+    eps = dig(out, "http", "endpoints") or {}
+    floors = dig(out, "floor", "endpoints") or {}
+    rows = []
+    for key, e in eps.items():
+        probe = e.get("probe") or {}
+        answer = f"{probe.get('body_bytes', 0):,} B" if probe else "–"
+        if "items" in probe:
+            answer += f", {probe['items']} builds"
+        if "build_count" in probe:
+            answer += f", {probe['build_count']:,} builds"
+        if "billable_build_count" in probe:
+            answer += f", {probe['billable_build_count']:,} builds"
+        c1, c32, fl = e.get("c1") or {}, e.get("c32") or {}, floors.get(key) or {}
+        ratio = c1.get("p50_ms") / fl["p50_ms"] if c1.get("p50_ms") and fl.get("p50_ms") else None
+        rows.append([e["label"], answer, rps(c1.get("rps")), ms(c1.get("p50_ms")), ms(c1.get("p99_ms")),
+                     rps(c32.get("rps")), ms(c32.get("p50_ms")), ms(c32.get("p99_ms")), ms(fl.get("p50_ms")),
+                     f"{ratio:.2f}×" if ratio else "–"])
+    lines += _table(["endpoint", "answer", "1 conn req/s", "p50 ms", "p99 ms", "32 conn req/s", "p50 ms",
+                     "p99 ms", "floor p50 ms", "HTTP/floor"], rows)
+    lines += ["1 connection: `wrk -t1 -c1`; 32 connections: `wrk -t2 -c32`; latencies as wrk measures them "
+              "(request written to response read). `/builds/{id}` and `/builds/{id}/url` rotate over "
+              f"{dig(out, 'data', 'rotated_ids')} real ids of the account, the build page over "
+              f"{dig(out, 'data', 'page_links')} signed links (ttl 3600 s) of builds "
+              + ("with a log" if dig(out, 'data', 'page_builds_with_logs') else "(none has a log)")
+              + ". Every answer was checked: a non-2xx/3xx or socket error fails the run.", ""]
+    server = dig(out, "http", "server") or {}
+    code = server.get("exit_code")
+    lines += [f"Server start to first /healthz 200: {server.get('startup_s')} s; stop after SIGTERM: "
+              f"{server.get('stop_s')} s (exit code {code}"
+              + (", the SIGTERM uvicorn re-raises after a clean shutdown" if code == -15 else "") + ").", ""]
+
+    lines += ["## Workers: throughput at 32 connections", ""]
+    rows = []
+    for key in ("builds_default", "build_by_id"):
+        one = dig(eps, key, "c32", "rps")
+        two = dig(out, "workers2", "endpoints", key, "rps")
+        label = dig(eps, key, "label") or key
+        rows.append([label, rps(one), rps(two), f"{two / one:.2f}×" if one and two is not None else "–",
+                     ms(dig(out, "workers2", "endpoints", key, "p50_ms")),
+                     ms(dig(out, "workers2", "endpoints", key, "p99_ms"))])
+    lines += _table(["endpoint", "1 worker req/s", "2 workers req/s", "gain", "2 workers p50 ms",
+                     "2 workers p99 ms"], rows)
+    lines += [f"The load client runs on the same {m.get('cpus')} cores as the server.", ""]
+
+    lines += ["## Memory (VmHWM: peak resident set, after the load runs)", ""]
+    rows = []
+    for key, label in (("http", "1 worker"), ("workers2", "2 workers")):
+        memory = dig(out, key, "memory") or {}
+        for p in memory.get("processes", []):
+            rows.append([label, p.get("role", ""), p["pid"], mib(p["vm_hwm_kib"] * 1024),
+                         mib(p["vm_rss_kib"] * 1024)])
+        if memory.get("processes"):
+            rows.append([f"**{label}, all processes**", "", "", f"**{mib(memory['vm_hwm_total_kib'] * 1024)}**",
+                         ""])
+    lines += _table(["server", "process", "pid", "VmHWM", "VmRSS"], rows)
+    lines += ["With `--workers 1` uvicorn serves in the `serve` process itself; with 2 it starts a worker "
+              "process each (multiprocessing spawn) and a resource tracker.", ""]
+
+    lines += ["## In-process floor", ""]
+    fl = out.get("floor") or {}
+    lines += [f"Event loop: {fl.get('loop')}; per endpoint {fl.get('warmup')} warm-up runs, then at most "
+              f"{fl.get('iterations_max')} runs or {fl.get('budget_s')} s; p50 of those. For the JSON endpoints: "
+              "parsing the query pairs (`filters.parse_*`), the `Reader` call and encoding the body bytes, as "
+              "the handler does, without routing, authentication, ETag, headers, uvicorn or the socket. For the "
+              "build page: the page handler's function called with a stand-in request (link check, two reads, "
+              "the log rendered in a thread, the template).", ""]
+    rows = [[dig(eps, k, "label") or k, f.get("iterations", "–"), ms(f.get("p50_ms")), ms(f.get("p90_ms")),
+             ms(f.get("min_ms")), f"{f.get('body_bytes', 0):,}" if "body_bytes" in f else f.get("error", "")]
+            for k, f in (fl.get("endpoints") or {}).items()]
+    lines += _table(["endpoint", "runs", "p50 ms", "p90 ms", "min ms", "body bytes"], rows)
+
+    lines += ["## Executable (packaging/measure.py)", ""]
+    exe = out.get("executable") or {}
+    if exe.get("status") == "measured":
+        startup = exe.get("startup", {})
+        lines += _table(["", ""], [
+            ["file", f"`dist/buildreport` ({exe.get('version')})"],
+            ["size", f"{exe.get('size_mb')} MB ({exe.get('size_mib')} MiB)"],
+            *[[f"start-up to /healthz, {k}", f"median {v.get('median_s')} s (min {v.get('min_s')}, max "
+               f"{v.get('max_s')}, {exe.get('runs')} runs); stop {v.get('stop_median_s')} s"]
+              for k, v in startup.items()],
+            ["`--version`", f"median {exe.get('version_median_s')} s"],
+            ["measure.py targets", ", ".join(f"{k}: {v}" for k, v in (exe.get("targets") or {}).items())],
+        ])
+    else:
+        lines += [f"{exe.get('status', 'not measured')}.", ""]
+
+    lines += ["## Time taken", ""]
+    lines += _table(["phase", "seconds"], [[k, f"{v:.1f}"] for k, v in (out.get("phases_s") or {}).items()])
+
+    lines += ["## Commands", "", "```sh"] + (out.get("commands") or []) + ["```", ""]
+    loads = []
+    for e in eps.values():
+        for c in ("c1", "c32"):
+            if dig(e, c, "command"):
+                loads.append(e[c]["command"])
+    for e in (dig(out, "workers2", "endpoints") or {}).values():
+        if e and e.get("command"):
+            loads.append(e["command"])
+    if loads:
+        lines += ["<details><summary>load runs</summary>", "", "```sh", *loads, "```", "", "</details>", ""]
+        lines += ["Each `.lua` script sets the `Authorization` header, rotates the paths where there are several "
+                  "and prints wrk's summary as JSON; they are written to bench/data/run/.", ""]
+    return "\n".join(lines)
+
+
+def _load(values: Any) -> str:
+    return " ".join(f"{v:.2f}" for v in values) if values else "–"

@@ -1,0 +1,546 @@
+"""`make bench`: generate, import, serve and load buildreport; write bench/report.md and bench/report.json.
+
+Environment:
+    BENCH_BUILDS   builds to generate (default 1000000)
+    BENCH_SECONDS  seconds of each load run (default 10, 1 to 120)
+    BENCH_FRESH=1  regenerate and reimport even when bench/data/ holds today's data
+    BENCH_CLIENT   "wrk" (default when installed) or "python" (the httpx fallback)
+
+Exits non-zero when a measurement failed (a command failed, a server did not start, an endpoint
+answered an error); a missed target is reported, not a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+import traceback
+from datetime import UTC, datetime, timedelta
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+DATA = BENCH / "data"
+RUN_DIR = DATA / "run"
+sys.path.insert(0, str(BENCH))
+
+import load  # noqa: E402
+import report  # noqa: E402
+from server import Server, get  # noqa: E402
+
+SEED = 1
+DAYS = 365
+ACCOUNTS = "acme,globex"
+ACCOUNT = "acme"
+LOG_SHARE = 0.05
+ROTATE_IDS = 1000
+PAGE_LINKS = 100
+LOADS = ((1, 1), (32, 2))  # (connections, wrk threads)
+MILLION = 1_000_000
+
+
+def env_int(name: str, default: int, low: int, high: int) -> int:
+    text = os.environ.get(name, "").strip().replace("_", "").replace(",", "")
+    if not text:
+        return default
+    value = int(text)
+    if not low <= value <= high:
+        raise SystemExit(f"{name}={value}: must be from {low} to {high}")
+    return value
+
+
+def rel(command: str | list[str]) -> str:
+    """A command as the report shows it: quoted for a shell, paths relative to the repository."""
+    text = command if isinstance(command, str) else shlex.join(command)
+    return text.replace(str(ROOT) + "/", "")
+
+
+def cli() -> list[str]:
+    script = Path(sys.executable).parent / "buildreport"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "buildreport"]
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def file_sizes(db: Path) -> dict[str, int]:
+    sizes = {}
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(str(db) + suffix)
+        sizes["db" + suffix.replace("-", "_")] = path.stat().st_size if path.exists() else 0
+    sizes["db_plus_wal"] = sizes["db"] + sizes["db_wal"]
+    return sizes
+
+
+def remove_db(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm", ".secret"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+
+
+class Bench:
+    def __init__(self) -> None:
+        self.builds = env_int("BENCH_BUILDS", MILLION, 100, 50_000_000)
+        self.seconds = env_int("BENCH_SECONDS", 10, 1, 120)
+        self.fresh = os.environ.get("BENCH_FRESH", "") not in ("", "0")
+        self.quick = self.seconds < 3
+        self.cli = cli()
+        self.failures: list[str] = []
+        self.notes: list[str] = []
+        self.commands: list[str] = []
+        self.phases: dict[str, float] = {}
+        self.started = datetime.now(UTC)
+        self.out: dict[str, Any] = {
+            "generated_at": iso(self.started),
+            "settings": {"builds": self.builds, "seconds": self.seconds, "days": DAYS, "accounts": ACCOUNTS,
+                         "seed": SEED, "log_share": LOG_SHARE, "account_measured": ACCOUNT},
+        }
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def fail(self, what: str) -> None:
+        print(f"bench: FAILED: {what}", file=sys.stderr)
+        self.failures.append(what)
+
+    def say(self, text: str) -> None:
+        print(f"bench: {text}", file=sys.stderr, flush=True)
+
+    def run(self, command: list[str], timeout: float, record: bool = True) -> subprocess.CompletedProcess[str]:
+        if record:
+            self.commands.append(rel(command))
+        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        if out.returncode != 0:
+            raise RuntimeError(f"{rel(command)} exited {out.returncode}: {out.stderr.strip()[-1500:]}")
+        return out
+
+    def phase(self, name: str, started: float) -> None:
+        self.phases[name] = round(time.perf_counter() - started, 1)
+
+    # --- machine ------------------------------------------------------------------------------
+
+    def machine(self) -> None:
+        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace") if Path("/proc/cpuinfo").exists() else ""
+        model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
+                      if line.startswith("model name")), platform.processor() or "unknown")
+        meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
+        mem_kib = next((int(line.split()[1]) for line in meminfo.splitlines() if line.startswith("MemTotal")), 0)
+        packages = {}
+        for name in ("litestar", "uvicorn", "msgspec", "aiosqlite", "uvloop", "httptools", "httpx"):
+            try:
+                packages[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                packages[name] = None
+        wrk = load.wrk_path()
+        git = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT)
+        self.out["machine"] = {
+            "cpus": os.cpu_count(),
+            "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "cpu_model": model,
+            "memory_gib": round(mem_kib / 2**20, 1),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+            "wrk": load.wrk_version(wrk) if wrk else None,
+            "packages": packages,
+            "git": git.stdout.strip() if git.returncode == 0 else None,
+            "loadavg_start": os.getloadavg(),
+        }
+
+    # --- data ---------------------------------------------------------------------------------
+
+    def data(self) -> None:
+        started = time.perf_counter()
+        DATA.mkdir(parents=True, exist_ok=True)
+        today = self.started.date()
+        day = f"{today:%Y%m%d}"
+        # The newest builds precede the next UTC midnight, so "the last 24 hours" always holds a day of builds.
+        self.end = today + timedelta(days=1)
+        self.stem = f"builds-{self.builds}-{day}"
+        for old in DATA.glob("builds-*"):
+            if f"-{day}" not in old.name or (self.fresh and old.name.startswith(self.stem)):
+                self.say(f"removing {old.name} (another day's data, or BENCH_FRESH)")
+                old.unlink() if old.is_file() else shutil.rmtree(old)
+        for tmp in DATA.glob(f"{self.stem}*.tmp*"):
+            tmp.unlink()
+        self.logs_file = DATA / f"{self.stem}.jsonl.gz"
+        self.nolog_file = DATA / f"{self.stem}-nolog.jsonl.gz"
+        self.db = DATA / f"{self.stem}.db"
+        self.meta = DATA / f"{self.stem}.json"
+        generated = {}
+        for path, share in ((self.logs_file, LOG_SHARE), (self.nolog_file, 0.0)):
+            generated[path.name] = self.generate(path, share)
+        self.out["data"] = {"end": self.end.isoformat(), "files": generated}
+        self.phase("generate", started)
+
+    def generate(self, path: Path, log_share: float) -> dict[str, Any]:
+        tmp = path.with_name(path.name.replace(".jsonl.gz", ".tmp.jsonl.gz"))
+        command = [*self.cli, "sample", "-o", str(tmp), "--builds", str(self.builds), "--days", str(DAYS),
+                   "--accounts", ACCOUNTS, "--seed", str(SEED), "--end", self.end.isoformat(),
+                   "--log-share", str(log_share)]
+        self.commands.append(rel(command).replace(".tmp.jsonl.gz", ".jsonl.gz"))
+        if path.exists():
+            return {"cached": True, "bytes": path.stat().st_size, "log_share": log_share}
+        self.say(f"generating {path.name}")
+        started = time.perf_counter()
+        self.run(command, timeout=7200, record=False)
+        tmp.rename(path)
+        return {"cached": False, "bytes": path.stat().st_size, "log_share": log_share,
+                "seconds": round(time.perf_counter() - started, 2)}
+
+    def import_fixed_cost(self) -> float:
+        """Wall seconds of importing an empty file into a new database: process start, schema, commit.
+
+        The median of three; it is what does not grow with the number of builds."""
+        empty = DATA / f"{self.stem}-empty.tmp.jsonl"
+        db = DATA / f"{self.stem}-empty.tmp.db"
+        empty.write_bytes(b"")
+        times = []
+        try:
+            for _ in range(3):
+                remove_db(db)
+                started = time.perf_counter()
+                self.run([*self.cli, "import", "--db", str(db), str(empty)], timeout=120, record=not times)
+                times.append(time.perf_counter() - started)
+        finally:
+            remove_db(db)
+            empty.unlink(missing_ok=True)
+        return sorted(times)[1]
+
+    def import_one(self, db: Path, source: Path, fixed: float) -> dict[str, Any]:
+        remove_db(db)
+        command = [*self.cli, "import", "--db", str(db), str(source)]
+        started = time.perf_counter()
+        out = self.run(command, timeout=7200)
+        wall = time.perf_counter() - started
+        match = re.search(r"imported (\d+) builds .* in ([0-9.]+)s", out.stderr)
+        if match is None or int(match.group(1)) != self.builds:
+            raise RuntimeError(f"unexpected import output: {out.stderr.strip()[-500:]}")
+        own = float(match.group(2))
+        net = max(wall - fixed, 1e-3)
+        return {"builds": self.builds, "wall_s": round(wall, 3), "import_s": own, "fixed_s": round(fixed, 3),
+                "net_s": round(net, 3), "builds_per_s_wall": round(self.builds / wall),
+                "builds_per_s_net": round(self.builds / net), "sizes": file_sizes(db),
+                "source_bytes": source.stat().st_size, "measured_at": iso(datetime.now(UTC))}
+
+    def imports(self) -> None:
+        started = time.perf_counter()
+        if self.meta.exists() and self.db.exists():
+            figures = json.loads(self.meta.read_text())
+            for entry in figures.values():
+                entry["cached"] = True
+            self.commands.append(rel([*self.cli, "import", "--db", str(self.db), str(self.logs_file)]))
+            self.commands.append(rel([*self.cli, "import", "--db", str(DATA / (self.stem + "-nolog.tmp.db")),
+                                      str(self.nolog_file)]))
+            self.say("using today's cached database and import figures")
+        else:
+            self.meta.unlink(missing_ok=True)
+            fixed = self.import_fixed_cost()
+            self.say(f"importing {self.logs_file.name}")
+            with_logs = self.import_one(self.db, self.logs_file, fixed)
+            nolog_db = DATA / f"{self.stem}-nolog.tmp.db"
+            self.say(f"importing {self.nolog_file.name}")
+            try:
+                without_logs = self.import_one(nolog_db, self.nolog_file, fixed)
+            finally:
+                remove_db(nolog_db)
+            figures = {"with_logs": with_logs, "without_logs": without_logs}
+            self.meta.write_text(json.dumps(figures, indent=2))
+            for entry in figures.values():
+                entry["cached"] = False
+        self.out["import"] = figures
+        self.phase("import", started)
+
+    # --- what to ask for ------------------------------------------------------------------------
+
+    def facts(self) -> None:
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT account_id FROM accounts WHERE name = ?", (ACCOUNT,)).fetchone()
+            if row is None:
+                raise RuntimeError(f"no account {ACCOUNT} in {self.db}")
+            self.account_id = row[0]
+            counts = dict(conn.execute(
+                "SELECT a.name, count(*) FROM builds b JOIN accounts a USING (account_id) GROUP BY a.name"))
+            ids = [r[0] for r in conn.execute("SELECT build_id FROM builds WHERE account_id = ?", (self.account_id,))]
+            log_ids = [r[0] for r in conn.execute(
+                "SELECT l.build_id FROM build_logs l JOIN builds b USING (build_id) WHERE b.account_id = ?",
+                (self.account_id,))]
+            projects = conn.execute(
+                "SELECT value, count(*) FROM build_tags WHERE account_id = ? AND key = 'project' "
+                "GROUP BY value ORDER BY count(*) DESC", (self.account_id,)).fetchall()
+        finally:
+            conn.close()
+        rng = random.Random(SEED)
+        self.ids = rng.sample(ids, min(ROTATE_IDS, len(ids)))
+        self.log_ids = rng.sample(log_ids, min(PAGE_LINKS, len(log_ids))) if log_ids else self.ids[:PAGE_LINKS]
+        values = [v for v, _ in projects]
+        self.project = "web" if "web" in values else (values[0] if values else "web")
+        if self.project != "web":
+            self.notes.append(f"account {ACCOUNT} has no project:web builds; project:{self.project} is used instead")
+        self.out["data"].update({
+            "builds_per_account": counts, "project_tags": dict(projects), "project_tag_used": self.project,
+            "rotated_ids": len(self.ids), "page_links": len(self.log_ids), "page_builds_with_logs": bool(log_ids),
+        })
+
+    def endpoints(self) -> list[dict[str, Any]]:
+        now = self.started
+        first_this = now.date().replace(day=1)
+        first_last = (first_this - timedelta(days=1)).replace(day=1)
+        first_year_ago = first_this.replace(year=first_this.year - 1)
+        tag = ("tags", f"project:{self.project}")
+
+        def query(path: str, pairs: list[tuple[str, str]]) -> str:
+            return f"{path}?{urlencode(pairs, safe=':')}" if pairs else path
+
+        eps: list[dict[str, Any]] = [
+            {"key": "builds_default", "label": "/builds (default window, limit 500)", "kind": "list", "pairs": []},
+            {"key": "builds_365d", "label": "/builds 365 days (limit 500)", "kind": "list",
+             "pairs": [("create_time_from", iso(now - timedelta(days=365)))]},
+            {"key": "builds_tag_30d", "label": f"/builds project:{self.project}, 30 days", "kind": "list",
+             "pairs": [tag, ("create_time_from", iso(now - timedelta(days=30)))]},
+            {"key": "build_by_id", "label": "/builds/{id}", "kind": "build", "ids": self.ids},
+        ]
+        for days in (1, 30, 365):
+            since = ("create_time_from", iso(now - timedelta(days=days)))
+            eps.append({"key": f"summary_{days}d", "label": f"/builds/summary {days} day{'s' * (days > 1)}",
+                        "kind": "summary", "pairs": [since]})
+            eps.append({"key": f"summary_{days}d_tag",
+                        "label": f"/builds/summary {days} day{'s' * (days > 1)}, project:{self.project}",
+                        "kind": "summary", "pairs": [since, tag]})
+        eps += [
+            {"key": "build_url", "label": "/builds/{id}/url", "kind": "url", "ids": self.ids},
+            {"key": "usage_month", "label": "/usage one month", "kind": "usage",
+             "pairs": [("from", first_last.isoformat()), ("to", first_this.isoformat())]},
+            {"key": "usage_year", "label": "/usage one year", "kind": "usage",
+             "pairs": [("from", first_year_ago.isoformat()), ("to", first_this.isoformat())]},
+            {"key": "page", "label": "/b/{signed link} (build page)", "kind": "page"},
+            {"key": "healthz", "label": "/healthz", "kind": "healthz"},
+        ]
+        for ep in eps:
+            if ep["kind"] in ("build", "url"):
+                suffix = "/url" if ep["kind"] == "url" else ""
+                ep["paths"] = [f"/builds/{i}{suffix}" for i in ep["ids"]]
+            elif ep["kind"] == "healthz":
+                ep["paths"] = ["/healthz"]
+            elif ep["kind"] != "page":
+                path = "/builds" if ep["kind"] == "list" else "/builds/summary" if ep["kind"] == "summary" else "/usage"
+                ep["paths"] = [query(path, ep["pairs"])]
+        return eps
+
+    def token(self) -> None:
+        out = self.run([*self.cli, "token", "create", "--db", str(self.db), "--account", ACCOUNT,
+                        "--expires-in", "1d", "--label", "make bench"], timeout=60)
+        self.token_secret = out.stdout.strip()
+        if not self.token_secret or "\n" in self.token_secret:
+            raise RuntimeError("token create did not print one secret")
+
+    # --- HTTP ---------------------------------------------------------------------------------
+
+    def probe(self, server: Server, ep: dict[str, Any]) -> dict[str, Any]:
+        """One request with a plain client: the answer must be a 200 of the right shape."""
+        path = ep["paths"][0]
+        status, headers, body = get(server.port, path, None if ep["kind"] == "healthz" else self.token_secret)
+        if status != 200:
+            raise RuntimeError(f"GET {path}: {status} {body[:300]!r}")
+        info: dict[str, Any] = {"path": path, "status": status, "body_bytes": len(body),
+                                "content_type": headers.get("content-type")}
+        if ep["kind"] == "page":
+            if "text/html" not in (headers.get("content-type") or ""):
+                raise RuntimeError(f"GET {path}: not HTML")
+            return info
+        value = json.loads(body)
+        if ep["kind"] == "list":
+            if not isinstance(value, list):
+                raise RuntimeError(f"GET {path}: not a list")
+            info["items"] = len(value)
+            info["more"] = "link" in headers
+        elif ep["kind"] == "build" and value.get("build_id") != ep["ids"][0]:
+            raise RuntimeError(f"GET {path}: another build")
+        elif ep["kind"] == "summary":
+            info["build_count"] = value["build_count"]
+        elif ep["kind"] == "usage":
+            info["billable_build_count"] = value["billable_build_count"]
+        elif ep["kind"] == "url" and "/b/" not in value.get("url", ""):
+            raise RuntimeError(f"GET {path}: no link")
+        return info
+
+    def signed_links(self, server: Server, page: dict[str, Any]) -> None:
+        paths = []
+        for build_id in self.log_ids:
+            status, _, body = get(server.port, f"/builds/{build_id}/url?ttl_seconds=3600", self.token_secret)
+            if status != 200:
+                raise RuntimeError(f"GET /builds/{build_id}/url: {status} {body[:300]!r}")
+            paths.append(urlsplit(json.loads(body)["url"]).path)
+        page["paths"] = paths
+        page["tokens"] = [p.rsplit("/", 1)[1] for p in paths]
+
+    def load(self, server: Server, ep: dict[str, Any], connections: int, threads: int) -> dict[str, Any] | None:
+        name = f"{ep['key']}-w{server.command[server.command.index('--workers') + 1]}-c{connections}"
+        token = None if ep["kind"] == "healthz" else self.token_secret
+        try:
+            if self.client == "wrk":
+                result = load.run_wrk(self.wrk, RUN_DIR, name, server.base, ep["paths"], token, connections,
+                                      threads, self.seconds)
+                result["command"] = rel(result["command"])
+            else:
+                result = load.run_python(server.base, ep["paths"], token, connections, self.seconds)
+        except Exception as exc:
+            self.fail(f"{name}: {exc}")
+            return None
+        if found := load.problems(result):
+            self.fail(f"{name}: " + ", ".join(found))
+        if server.process is not None and server.process.poll() is not None:
+            self.fail(f"{name}: the server exited ({server.process.returncode}) during the load:\n"
+                      + server.log_tail())
+        self.say(f"{name}: {result['rps']:,.0f} req/s, p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms")
+        return result
+
+    def pick_client(self) -> None:
+        wanted = os.environ.get("BENCH_CLIENT", "").strip().lower()
+        self.wrk = load.wrk_path()
+        if wanted == "python" or self.wrk is None:
+            self.client = "python"
+            if self.wrk is None:
+                self.notes.append("wrk is not installed (`apt-get install -y wrk` as root): the figures come from "
+                                  "the slower asyncio + httpx fallback client, which shares the CPU with the server")
+            else:
+                self.notes.append("BENCH_CLIENT=python: the asyncio + httpx fallback client was used, not wrk")
+        else:
+            self.client = "wrk"
+        self.out["client"] = self.client
+
+    def serve_one_worker(self, eps: list[dict[str, Any]]) -> None:
+        started = time.perf_counter()
+        results: dict[str, Any] = {}
+        server = Server(self.cli, self.db, 1, RUN_DIR / "server-1.log")
+        self.commands.append(rel(server.command))
+        try:
+            server.start()
+            self.say(f"server (1 worker) up on {server.base} in {server.startup_s:.2f}s")
+            page = next(ep for ep in eps if ep["kind"] == "page")
+            self.signed_links(server, page)
+            for ep in eps:
+                entry: dict[str, Any] = {"label": ep["label"]}
+                results[ep["key"]] = entry
+                try:
+                    entry["probe"] = self.probe(server, ep)
+                except Exception as exc:
+                    self.fail(f"probe {ep['key']}: {exc}")
+                    continue
+                for connections, threads in LOADS:
+                    entry[f"c{connections}"] = self.load(server, ep, connections, threads)
+            memory = server.memory()
+        finally:
+            server.stop()
+        self.out["http"] = {"server": server.info(), "endpoints": results, "memory": memory}
+        if not server.clean_exit():
+            self.notes.append(f"the 1-worker server exited with {server.exit_code} after SIGTERM")
+        self.phase("http_1_worker", started)
+
+    def serve_two_workers(self, eps: list[dict[str, Any]]) -> None:
+        started = time.perf_counter()
+        server = Server(self.cli, self.db, 2, RUN_DIR / "server-2.log")
+        self.commands.append(rel(server.command))
+        results: dict[str, Any] = {}
+        try:
+            server.start()
+            self.say(f"server (2 workers) up on {server.base} in {server.startup_s:.2f}s")
+            for ep in eps:
+                if ep["key"] in ("builds_default", "build_by_id"):
+                    results[ep["key"]] = self.load(server, ep, 32, 2)
+            memory = server.memory()
+        finally:
+            server.stop()
+        self.out["workers2"] = {"server": server.info(), "endpoints": results, "memory": memory}
+        if not server.clean_exit():
+            self.notes.append(f"the 2-worker server exited with {server.exit_code} after SIGTERM")
+        self.phase("http_2_workers", started)
+
+    # --- floor, executable --------------------------------------------------------------------
+
+    def floor(self, eps: list[dict[str, Any]]) -> None:
+        import floor
+
+        started = time.perf_counter()
+        usable = [ep for ep in eps if ep["kind"] != "page" or ep.get("tokens")]
+        budget = float(max(3, min(self.seconds, 10)))
+        self.out["floor"] = floor.measure(self.db, self.account_id, usable, iterations=200, warmup=20,
+                                          budget_s=budget)
+        for key, result in self.out["floor"]["endpoints"].items():
+            if "error" in result:
+                self.fail(f"floor {key}: {result['error']}")
+            self.notes.extend(result.get("notes", []))
+        self.phase("floor", started)
+
+    def executable(self) -> None:
+        started = time.perf_counter()
+        script = ROOT / "packaging" / "measure.py"
+        exe = ROOT / "dist" / "buildreport"
+        if not script.exists():
+            self.out["executable"] = {"status": "packaging/measure.py not present"}
+        elif not exe.exists():
+            self.out["executable"] = {"status": "not built"}
+        else:
+            runs = 2 if self.quick else 5
+            try:
+                out = self.run([sys.executable, str(script), str(exe), "--runs", str(runs)], timeout=900)
+                self.out["executable"] = {"status": "measured", **json.loads(out.stdout)}
+            except Exception as exc:
+                self.fail(f"packaging/measure.py: {exc}")
+                self.out["executable"] = {"status": f"failed: {exc}"}
+        self.phase("executable", started)
+
+    # --- all ----------------------------------------------------------------------------------
+
+    def main(self) -> int:
+        started = time.perf_counter()
+        if RUN_DIR.exists():
+            shutil.rmtree(RUN_DIR)
+        RUN_DIR.mkdir(parents=True)
+        try:
+            self.machine()
+            self.pick_client()
+            self.data()
+            self.imports()
+            self.facts()
+            self.token()
+            eps = self.endpoints()
+            self.serve_one_worker(eps)
+            self.serve_two_workers(eps)
+            self.floor(eps)
+            self.executable()
+        except Exception as exc:
+            traceback.print_exc()
+            self.fail(f"{type(exc).__name__}: {exc}")
+        self.phases["total"] = round(time.perf_counter() - started, 1)
+        self.out["machine"]["loadavg_end"] = os.getloadavg() if "machine" in self.out else None
+        self.out.update({"phases_s": self.phases, "commands": self.commands, "notes": self.notes,
+                         "failures": self.failures})
+        self.out["targets"] = report.targets(self.out)
+        (BENCH / "report.json").write_text(json.dumps(self.out, indent=2, default=str) + "\n")
+        (BENCH / "report.md").write_text(report.markdown(self.out))
+        self.say(f"wrote bench/report.md and bench/report.json in {self.phases['total']:.0f}s")
+        for row in self.out["targets"]:
+            self.say(f"  {row['status']:<4} {row['target']}: {row['measured']}")
+        if self.failures:
+            self.say(f"{len(self.failures)} measurement(s) failed:")
+            for failure in self.failures:
+                print(f"  - {failure.splitlines()[0]}", file=sys.stderr)
+            return 1
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(Bench().main())
