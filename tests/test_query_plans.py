@@ -44,7 +44,8 @@ def conn(tmp_path_factory):
 def test_query_is_served_by_an_index(conn, name):
     sql, params = QUERIES[name]
     plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
-    scans = [step for step in plan if step.startswith("SCAN")]
+    # Scanning the rows a subquery produced is fine; scanning a table or index is not.
+    scans = [step for step in plan if step.startswith("SCAN") and not step.startswith("SCAN (subquery")]
     assert not scans, f"{name}: {plan}"
     assert any(step.startswith("SEARCH") for step in plan), f"{name}: {plan}"
 

@@ -29,10 +29,11 @@ class TokenRow(msgspec.Struct, frozen=True):
 
 
 class BuildPage(msgspec.Struct):
-    """Encoded builds in list order, their stored digests and, when more match, where the next page starts."""
+    """A JSON array of builds in list order, a digest that changes whenever it does, and, when more
+    builds match, where the next page starts."""
 
-    bodies: list[bytes]
-    hashes: list[int]
+    body: bytes
+    digest: bytes
     next_cursor: Cursor | None
 
 
@@ -138,10 +139,17 @@ class Reader:
             log.warning("could not record a token's last use: %s", task.exception())
 
     async def list_builds(self, account_id: int, query: ListQuery) -> BuildPage:
-        rows = await self._rows(queries.list_builds(account_id, query))
-        page = rows[: query.limit]
-        next_cursor = Cursor(create_us=page[-1][0], build_id=page[-1][1]) if len(rows) > query.limit else None
-        return BuildPage(bodies=[row[2] for row in page], hashes=[row[3] for row in page], next_cursor=next_cursor)
+        ((count, joined, hashes, keys, lengths),) = await self._rows(queries.list_builds(account_id, query))
+        if not count:
+            return BuildPage(body=b"[]", digest=b"", next_cursor=None)
+        next_cursor = None
+        if count > query.limit:
+            # The query read one build more than the page holds: drop it, and start the next page after the last.
+            joined = joined[: len(joined) - int(lengths.rpartition(",")[2]) - 1]
+            hashes = hashes.rpartition(",")[0]
+            create_us, _, build_id = keys.rsplit(",", 2)[-2].partition(":")
+            next_cursor = Cursor(create_us=int(create_us), build_id=int(build_id))
+        return BuildPage(body=b"[" + joined + b"]", digest=hashes.encode(), next_cursor=next_cursor)
 
     async def build(self, account_id: int, build_id: int) -> bytes | None:
         rows = self._lookup(queries.get_build(account_id, build_id))
