@@ -13,12 +13,13 @@ from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import filters
-from buildreport.auth import READ_SCOPE, AuthMiddleware, Principal, RateLimiter
+from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.errors import NotFound
 from buildreport.models import Build, BuildSummary, BuildURL, Problem, Usage
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
+from buildreport.tokens import READ_SCOPE
 
 _ENCODE = msgspec.json.encode
 Pairs = list[tuple[str, str]]

@@ -134,5 +134,7 @@ def create_app(settings: Settings) -> Envelope:
 def app_from_env() -> Envelope:
     """The factory uvicorn workers call; settings come from the environment `serve` prepared."""
     from buildreport.config import from_env
+    from buildreport.envelope import configure_logging
 
+    configure_logging()
     return create_app(from_env())

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import math
-import re
-import secrets
 import time
 from typing import Any
 
@@ -17,15 +13,11 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from buildreport.errors import Problem
 from buildreport.store.reader import Reader, TokenRow
 from buildreport.times import US_PER_SECOND
+from buildreport.tokens import READ_SCOPE, TOKEN_SHAPE, digest
 
-TOKEN_PREFIX = "brt_"
-TOKEN_ID_PREFIX = "tok_"
-SCOPES = ("build:read", "build:write")
-READ_SCOPE = "build:read"
 REALM = 'Bearer realm="buildreport"'
 # Written at most once a minute per token, so reads never turn into a stream of writes.
 LAST_USED_RESOLUTION_US = 60 * US_PER_SECOND
-_TOKEN_SHAPE = re.compile(r"brt_[A-Za-z0-9_-]{43}")
 
 
 class Principal(msgspec.Struct, frozen=True):
@@ -35,16 +27,6 @@ class Principal(msgspec.Struct, frozen=True):
     account_id: int
     account: str
     scopes: frozenset[str]
-
-
-def new_token() -> tuple[str, str, bytes]:
-    """(public id, secret, digest) for a new token; only the digest is ever stored."""
-    secret = TOKEN_PREFIX + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
-    return TOKEN_ID_PREFIX + secrets.token_hex(8), secret, digest(secret)
-
-
-def digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
 
 
 def _unauthorized(detail: str, *, presented: bool) -> Problem:
@@ -61,7 +43,7 @@ def bearer_secret(headers: list[tuple[bytes, bytes]]) -> str:
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret:
         raise _unauthorized("The Authorization header must be 'Bearer <token>'", presented=False)
-    if len(values) > 1 or not _TOKEN_SHAPE.fullmatch(secret):
+    if len(values) > 1 or not TOKEN_SHAPE.fullmatch(secret):
         raise _unauthorized("The token is malformed", presented=True)
     return secret
 

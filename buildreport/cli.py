@@ -108,20 +108,16 @@ def _check_port(host: str, port: int) -> None:
 
 
 def run_server(settings: Settings) -> None:
-    import logging
-
     import uvicorn
 
     from buildreport.config import SETTINGS_ENV, to_env
-    from buildreport.envelope import RequestIdFilter
+    from buildreport.envelope import configure_logging
 
     _check_port(settings.host, settings.port)
     _open(settings.db).close()
-    handler = logging.StreamHandler()
-    handler.addFilter(RequestIdFilter())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
-    common = {"host": settings.host, "port": settings.port, "access_log": False, "log_config": None}
+    configure_logging()
+    # No websocket routes: uvicorn need not load a websocket implementation.
+    common = {"host": settings.host, "port": settings.port, "access_log": False, "log_config": None, "ws": "none"}
     if settings.workers > 1:
         os.environ[SETTINGS_ENV] = to_env(settings)
         uvicorn.run("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
@@ -215,8 +211,8 @@ def token() -> None:
 @click.option("--label", default="", help="What the token is for.")
 def token_create(db: str, account: str, scopes: tuple[str, ...], expires_in: str, label: str) -> None:
     """Create a token; its secret is printed once, alone on standard output."""
-    from buildreport.auth import SCOPES, new_token
     from buildreport.store.admin import ensure_account, insert_token
+    from buildreport.tokens import SCOPES, new_token
 
     for scope in scopes:
         if scope not in SCOPES:

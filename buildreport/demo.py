@@ -8,13 +8,13 @@ from pathlib import Path
 
 import msgspec
 
-from buildreport.auth import new_token
 from buildreport.config import Settings, load_secret_keys
 from buildreport.ingest import import_files, open_lines
 from buildreport.models import ImportRecord
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.admin import ensure_account, insert_token
 from buildreport.times import US_PER_DAY, US_PER_SECOND, to_us
+from buildreport.tokens import new_token
 
 DEMO_LINK_TTL_US = US_PER_DAY
 

@@ -8,8 +8,10 @@ import logging
 import re
 import secrets
 import time
+from typing import TYPE_CHECKING
 
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+if TYPE_CHECKING:  # annotations only: the `serve --workers N` supervisor never imports Litestar
+    from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 REQUEST_ID_HEADER = b"x-request-id"
 _REASONABLE_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
@@ -30,6 +32,14 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id.get()
         return True
+
+
+def configure_logging() -> None:
+    """Log lines to standard error, each with the request id; called in the server and in every worker."""
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
 class Envelope:

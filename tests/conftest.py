@@ -19,12 +19,12 @@ import pytest
 from litestar.testing import TestClient
 
 from buildreport.app import create_app
-from buildreport.auth import new_token
 from buildreport.config import Settings
 from buildreport.ingest import import_files
 from buildreport.store.admin import ensure_account, insert_token
 from buildreport.store.schema import open_database
 from buildreport.times import US_PER_DAY, to_us
+from buildreport.tokens import new_token
 
 TEST_KEY = "test-signing-key"
 NOW = datetime.now(UTC).replace(microsecond=0)

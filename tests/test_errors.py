@@ -258,8 +258,8 @@ def test_revocation_takes_effect_at_once(env):
     secret = env.token()
     with env.client() as client:
         assert client.get("/builds/1", headers=auth(secret)).status_code == 200
-        from buildreport.auth import digest
         from buildreport.store.schema import open_database
+        from buildreport.tokens import digest
 
         conn = open_database(env.db)
         with conn:

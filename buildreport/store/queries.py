@@ -9,6 +9,7 @@ from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISH
 
 Query = tuple[str, list[object]]
 US_PER_HOUR = 3_600_000_000
+US_PER_DAY = 24 * US_PER_HOUR
 
 
 def in_list(statuses: frozenset[BuildStatus]) -> str:
@@ -113,30 +114,46 @@ def _raw_summary(account_id: int, build_filter: BuildFilter) -> Query:
     return f"SELECT {SUMMARY_COLUMNS} FROM {source} WHERE {where}", params
 
 
-def _totals_summary(account_id: int, build_filter: BuildFilter, first_hour: int, end_hour: int | None) -> Query:
-    sql = f"SELECT {TOTALS_COLUMNS} FROM hourly_totals h WHERE h.account_id = ? AND h.hour_us >= ?"
-    params: list[object] = [account_id, first_hour]
-    if end_hour is not None:
-        sql += " AND h.hour_us < ?"
-        params.append(end_hour)
+def _totals_summary(account_id: int, build_filter: BuildFilter, table: str, low: int, high: int | None) -> Query:
+    sql = f"SELECT {TOTALS_COLUMNS} FROM {table} h WHERE h.account_id = ? AND h.period_us >= ?"
+    params: list[object] = [account_id, low]
+    if high is not None:
+        sql += " AND h.period_us < ?"
+        params.append(high)
     if build_filter.statuses:
         sql += f" AND h.status IN ({','.join('?' * len(build_filter.statuses))})"
         params += [s.value for s in build_filter.statuses]
     return sql, params
 
 
+def _ceil(us: int, period: int) -> int:
+    return -(-us // period) * period
+
+
 def summary(account_id: int, build_filter: BuildFilter) -> Query:
-    """One row per part: whole hours come from the hourly totals, the window's ragged edges from the builds."""
+    """One row per part: whole days and hours come from the totals, the window's ragged edges from the builds.
+
+    A window `[low, high)` splits into raw builds up to the first whole hour, hourly totals up to the first
+    whole day, daily totals to the last whole day, and back through hours to raw builds at the end.
+    """
     low, high = build_filter.create_from_us, build_filter.create_to_us
-    first_hour = -(-low // US_PER_HOUR) * US_PER_HOUR
-    end_hour = None if high is None else high // US_PER_HOUR * US_PER_HOUR
-    no_whole_hour = end_hour is not None and end_hour <= first_hour
-    if build_filter.tags or build_filter.derivation_path is not None or no_whole_hour:
+    if build_filter.tags or build_filter.derivation_path is not None:
         return _raw_summary(account_id, build_filter)
-    parts = [
-        _raw_summary(account_id, msgspec.structs.replace(build_filter, create_to_us=first_hour)),
-        _totals_summary(account_id, build_filter, first_hour, end_hour),
-    ]
+    first_hour, first_day = _ceil(low, US_PER_HOUR), _ceil(low, US_PER_DAY)
+    end_hour = None if high is None else high // US_PER_HOUR * US_PER_HOUR
+    end_day = None if high is None else high // US_PER_DAY * US_PER_DAY
+    if end_hour is not None and end_hour <= first_hour:
+        return _raw_summary(account_id, build_filter)
+    parts = [_raw_summary(account_id, msgspec.structs.replace(build_filter, create_to_us=first_hour))]
+    if end_day is None or first_day < end_day:
+        parts += [
+            _totals_summary(account_id, build_filter, "hourly_totals", first_hour, first_day),
+            _totals_summary(account_id, build_filter, "daily_totals", first_day, end_day),
+        ]
+        if end_day is not None:
+            parts.append(_totals_summary(account_id, build_filter, "hourly_totals", end_day, end_hour))
+    else:
+        parts.append(_totals_summary(account_id, build_filter, "hourly_totals", first_hour, end_hour))
     if end_hour is not None:
         parts.append(_raw_summary(account_id, msgspec.structs.replace(build_filter, create_from_us=end_hour)))
     return " UNION ALL ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]

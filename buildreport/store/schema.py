@@ -62,11 +62,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (account_id, key, value, create_us, build_id)
     ) WITHOUT ROWID;
 
-    -- Totals per account, UTC hour of creation and status, kept exactly in step with builds by every
-    -- import; a summary adds whole hours from here to the raw builds at the edges of its window.
+    -- Totals per account, UTC hour (and day) of creation and status, kept exactly in step with builds by
+    -- every import. A summary adds whole days and hours from here to the raw builds at its window's edges.
     CREATE TABLE hourly_totals (
         account_id INTEGER NOT NULL,
-        hour_us INTEGER NOT NULL,
+        period_us INTEGER NOT NULL,
         status TEXT NOT NULL,
         builds INTEGER NOT NULL,
         cpu_seconds INTEGER NOT NULL,
@@ -74,7 +74,19 @@ MIGRATIONS: tuple[str, ...] = (
         nar_size_bytes INTEGER NOT NULL,
         first_start_us INTEGER NOT NULL,
         last_stop_us INTEGER,
-        PRIMARY KEY (account_id, hour_us, status)
+        PRIMARY KEY (account_id, period_us, status)
+    ) WITHOUT ROWID;
+    CREATE TABLE daily_totals (
+        account_id INTEGER NOT NULL,
+        period_us INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        builds INTEGER NOT NULL,
+        cpu_seconds INTEGER NOT NULL,
+        duration_us INTEGER NOT NULL,
+        nar_size_bytes INTEGER NOT NULL,
+        first_start_us INTEGER NOT NULL,
+        last_stop_us INTEGER,
+        PRIMARY KEY (account_id, period_us, status)
     ) WITHOUT ROWID;
 
     -- Billable builds per account and UTC day of their stop time: usage is a sum over days.

@@ -1,4 +1,4 @@
-"""Hourly totals and daily usage: recomputed from the builds table for every hour and day an import touched."""
+"""Hourly and daily totals and daily usage: recomputed from the builds for every period an import touched."""
 
 from __future__ import annotations
 
@@ -6,19 +6,21 @@ import sqlite3
 from collections.abc import Iterable
 
 from buildreport.models import BILLABLE
-from buildreport.store.queries import US_PER_HOUR, in_list
+from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, in_list
 
-US_PER_DAY = 24 * US_PER_HOUR
-# Past this many touched hours of one account, one pass over all its builds is cheaper than one query an hour.
+# Past this many touched periods of one account, one pass over all its builds is cheaper than one query an hour.
 FULL_RECOMPUTE_THRESHOLD = 500
 
-_HOURLY_SELECT = """
-SELECT account_id, create_us - create_us % {hour}, status, count(*), sum(cpu_seconds), coalesce(sum(duration_us), 0),
-       sum(nar_size_bytes), min(start_us), max(stop_us)
+# Totals tables and their period; a summary reads whole periods from them.
+HOURLY, DAILY = ("hourly_totals", US_PER_HOUR), ("daily_totals", US_PER_DAY)
+
+_TOTALS_SELECT = """
+SELECT account_id, create_us - create_us % {period}, status, count(*), sum(cpu_seconds),
+       coalesce(sum(duration_us), 0), sum(nar_size_bytes), min(start_us), max(stop_us)
 FROM builds WHERE account_id = ? {where} GROUP BY 2, 3
-""".replace("{hour}", str(US_PER_HOUR))
-_HOURLY_INSERT = (
-    "INSERT INTO hourly_totals (account_id, hour_us, status, builds, cpu_seconds, duration_us, nar_size_bytes,"
+"""
+_TOTALS_INSERT = (
+    "INSERT INTO {table} (account_id, period_us, status, builds, cpu_seconds, duration_us, nar_size_bytes,"
     " first_start_us, last_stop_us) "
 )
 _DAILY_SELECT = f"""
@@ -43,17 +45,19 @@ def _by_account(keys: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     return grouped
 
 
-def recompute_hours(conn: sqlite3.Connection, keys: Iterable[tuple[int, int]]) -> None:
-    """Rebuild the hourly totals of each (account, hour) from the builds created in that hour."""
-    for account_id, hours in _by_account(keys).items():
-        if len(hours) > FULL_RECOMPUTE_THRESHOLD:
-            conn.execute("DELETE FROM hourly_totals WHERE account_id = ?", (account_id,))
-            conn.execute(_HOURLY_INSERT + _HOURLY_SELECT.format(where=""), (account_id,))
+def recompute_totals(conn: sqlite3.Connection, totals: tuple[str, int], keys: Iterable[tuple[int, int]]) -> None:
+    """Rebuild the totals of each (account, period start) from the builds created in that period."""
+    table, period = totals
+    insert = _TOTALS_INSERT.format(table=table)
+    for account_id, starts in _by_account({(a, t - t % period) for a, t in keys}).items():
+        if len(starts) > FULL_RECOMPUTE_THRESHOLD:
+            conn.execute(f"DELETE FROM {table} WHERE account_id = ?", (account_id,))
+            conn.execute(insert + _TOTALS_SELECT.format(period=period, where=""), (account_id,))
             continue
-        select = _HOURLY_SELECT.format(where="AND create_us >= ? AND create_us < ?")
-        for hour in hours:
-            conn.execute("DELETE FROM hourly_totals WHERE account_id = ? AND hour_us = ?", (account_id, hour))
-            conn.execute(_HOURLY_INSERT + select, (account_id, hour, hour + US_PER_HOUR))
+        select = _TOTALS_SELECT.format(period=period, where="AND create_us >= ? AND create_us < ?")
+        for start in starts:
+            conn.execute(f"DELETE FROM {table} WHERE account_id = ? AND period_us = ?", (account_id, start))
+            conn.execute(insert + select, (account_id, start, start + period))
 
 
 def recompute_days(conn: sqlite3.Connection, keys: Iterable[tuple[int, int]]) -> None:

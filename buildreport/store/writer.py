@@ -14,7 +14,7 @@ from datetime import UTC
 import msgspec
 
 from buildreport.models import Build, ImportRecord
-from buildreport.store.totals import day_of, hour_of, recompute_days, recompute_hours
+from buildreport.store.totals import DAILY, HOURLY, day_of, hour_of, recompute_days, recompute_totals
 from buildreport.times import to_us
 
 _BUILD_FIELD_COUNT = len(Build.__struct_fields__)
@@ -126,7 +126,8 @@ class BuildWriter:
     def finish(self) -> None:
         """Write what is batched and bring the totals of every touched hour and day in step."""
         self.flush()
-        recompute_hours(self._conn, self._hours)
+        recompute_totals(self._conn, HOURLY, self._hours)
+        recompute_totals(self._conn, DAILY, self._hours)
         recompute_days(self._conn, self._days)
 
     def _touch(self, account_id: int, create_us: int, stop_us: int | None) -> None:
