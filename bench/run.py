@@ -529,9 +529,12 @@ class Bench:
         self.out.update({"phases_s": self.phases, "commands": self.commands, "notes": self.notes,
                          "failures": self.failures})
         self.out["targets"] = report.targets(self.out)
-        (BENCH / "report.json").write_text(json.dumps(self.out, indent=2, default=str) + "\n")
-        (BENCH / "report.md").write_text(report.markdown(self.out))
-        self.say(f"wrote bench/report.md and bench/report.json in {self.phases['total']:.0f}s")
+        # A quick check (CI) writes elsewhere, so it never replaces the committed report of a full run.
+        out_dir = Path(os.environ.get("BENCH_REPORT_DIR") or BENCH)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "report.json").write_text(json.dumps(self.out, indent=2, default=str) + "\n")
+        (out_dir / "report.md").write_text(report.markdown(self.out))
+        self.say(f"wrote {out_dir}/report.md and report.json in {self.phases['total']:.0f}s")
         for row in self.out["targets"]:
             self.say(f"  {row['status']:<4} {row['target']}: {row['measured']}")
         if self.failures:
