@@ -16,7 +16,7 @@ from conftest import TEST_KEY, auth, record
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildreport import humanize, web
+from buildreport import humanize, logtext, web
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.times import US_PER_SECOND, from_us
 
@@ -536,17 +536,17 @@ def test_neither_the_page_nor_the_raw_log_inflates_a_big_log_whole():
     limit = 3 * 1024 * 1024  # well under the 8 MiB of text
     tracemalloc.start()
     try:
-        view = web.render_log(blob, size)
+        view = logtext.render_log(blob, size)
         _, page_peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        streamed = sum(len(piece) for piece in web.inflate(blob))
+        streamed = sum(len(piece) for piece in logtext.inflate(blob))
         _, raw_peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        tail = b"".join(web.tail_bytes(web.window(web.inflate(blob), 2_000)))
+        tail = b"".join(logtext.tail_bytes(logtext.window(logtext.inflate(blob), 2_000)))
         _, tail_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(view.lines) == web.TAIL_LINES and not view.complete
+    assert len(view.lines) == logtext.TAIL_LINES and not view.complete
     assert streamed == size
     assert tail.count(b"\n") == 2_000
     assert page_peak < limit, page_peak
@@ -561,7 +561,7 @@ def test_long_lines_are_cut_on_the_page_but_not_in_the_raw_log(env):
     with env.client() as client:
         path = link(client, secret, 1)
         page = client.get(path).text
-        assert "x" * web.LINE_BYTES in page and "x" * (web.LINE_BYTES + 1) not in page
+        assert "x" * logtext.LINE_BYTES in page and "x" * (logtext.LINE_BYTES + 1) not in page
         assert "more in the raw log" in page and "cut short here" in page
         assert long_line in client.get(path + "/log").text
 
@@ -578,26 +578,26 @@ def test_line_window_keeps_the_last_lines_whatever_the_pieces(text, cuts, max_li
     data = text.encode()
     bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
     pieces = [data[a:b] for a, b in itertools.pairwise(bounds)]
-    lines = web.window(pieces, max_lines)
+    lines = logtext.window(pieces, max_lines)
     expected = data.split(b"\n")
     if expected[-1] == b"":
         expected.pop()
     assert [line for line, _ in lines.lines] == expected[-max_lines:]
     assert lines.total == len(expected)
     assert lines.first_number == len(expected) - len(expected[-max_lines:]) + 1
-    assert b"".join(web.tail_bytes(lines)) == b"\n".join(expected[-max_lines:]) + (
+    assert b"".join(logtext.tail_bytes(lines)) == b"\n".join(expected[-max_lines:]) + (
         b"\n" if data.endswith(b"\n") else b"")
 
 
 def test_line_window_bounds_bytes_and_line_length():
-    lines = web.window([b"aaaa\nbbbb\ncccccccccc\nd", b"ddd\n"], max_lines=10, max_bytes=10, line_bytes=6)
+    lines = logtext.window([b"aaaa\nbbbb\ncccccccccc\nd", b"ddd\n"], max_lines=10, max_bytes=10, line_bytes=6)
     assert list(lines.lines) == [(b"cccccc", 10), (b"dddd", 4)]
     assert lines.total == 4 and lines.first_number == 3
 
 
 def test_render_log_numbers_and_colours_lines():
     blob = zlib.compress(b"one\n\x1b[33mtwo\nthree\x1b[0m\nfour")
-    view = web.render_log(blob, 30)
+    view = logtext.render_log(blob, 30)
     assert [(line.number, str(line.html)) for line in view.lines] == [
         (1, "one"), (2, '<span class="a33">two</span>'), (3, '<span class="a33">three</span>'), (4, "four")]
     assert view.complete and view.total_lines == 4
