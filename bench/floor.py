@@ -1,8 +1,8 @@
 """The in-process floor: what each endpoint costs without HTTP, in one process on a uvloop event loop.
 
 For the JSON endpoints the floor is: parsing the query pairs into the typed query (as the handler
-does), the `Reader` call, and encoding the response body bytes (`b"[" + b",".join(bodies) + b"]"`
-for a list, `msgspec.json.encode` for the rest). Not included: routing, authentication, the ETag
+does), the `Reader` call, and encoding the response body bytes (a list arrives as one JSON array from
+the store; `msgspec.json.encode` for the rest). Not included: routing, authentication, the ETag
 digest, headers, uvicorn and the socket. For the signed page it is the page handler's own function
 called with a stand-in request (link check, reads, log rendering in a thread, template), since its
 work is mostly rendering; when that cannot be called, the reads alone, marked as such.
@@ -41,7 +41,7 @@ def _steps(reader: Reader, signer: LinkSigner, settings: Settings, account_id: i
         async def step(i: int) -> bytes:
             query = filters.parse_list_query(pairs, now_us())
             page = await reader.list_builds(account_id, query)
-            return b"[" + b",".join(page.bodies) + b"]"
+            return page.body
     elif kind == "build":
         async def step(i: int) -> bytes:
             body = await reader.build(account_id, ids[i % len(ids)])
