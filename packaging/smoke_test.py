@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import itertools
-import json
 import os
 import re
 import shlex
@@ -25,12 +24,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from records import NOW, record, write_jsonl
 
 EXE = shlex.split(os.environ.get("BUILDREPORT_EXE", ""))
 pytestmark = pytest.mark.skipif(
@@ -41,7 +43,6 @@ pytestmark = pytest.mark.skipif(
 if EXE and os.sep in EXE[0]:
     EXE[0] = str(Path(EXE[0]).resolve())  # the tests run commands from other folders
 
-NOW = datetime.now(UTC).replace(microsecond=0)
 START_TIMEOUT = 30.0  # seconds for a server to answer /healthz
 STOP_TIMEOUT = 10.0  # seconds for a server to exit after SIGTERM
 ERROR_TIMEOUT = 30.0  # seconds for a command that must fail to do so
@@ -54,30 +55,6 @@ HOST_PYTHON_DIRS = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, s
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def record(build_id: int, **fields: Any) -> dict[str, Any]:
-    """A valid import record (as in tests/conftest.py): a built build an hour old in account `acme`."""
-    create = fields.pop("create_time", NOW - timedelta(hours=1)).isoformat()
-    status = fields.get("build_status", "built")
-    base: dict[str, Any] = {
-        "account": "acme",
-        "build_id": build_id,
-        "create_time": create,
-        "start_time": create,
-        "queue_time_seconds": 0.5,
-        "duration_seconds": None if status in ("pending", "running") else 60.0,
-        "build_status": status,
-        "cpu_count": 4,
-        "allocated_megabytes": 8192,
-        "cpu_seconds": 120,
-        "derivation_path": f"/nix/store/{'a' * 32}-hello-2.12.1.drv",
-        "outputs": [],
-        "system": "x86_64-linux",
-        "tags": {},
-    }
-    base.update(fields)
-    return base
-
-
 def three_records() -> list[dict[str, Any]]:
     return [
         record(101, tags={"branch": "main"}),
@@ -85,11 +62,6 @@ def three_records() -> list[dict[str, Any]]:
                log="building hello\n\x1b[31merror: make: *** [Makefile:3] Error 2\x1b[0m\n"),
         record(103, create_time=NOW - timedelta(minutes=30), derivation_path=f"/nix/store/{'b' * 32}-curl-8.9.1.drv"),
     ]
-
-
-def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
 
 
 def private_tmpdir(tmp: Path) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import socket
@@ -10,13 +9,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from litestar.testing import TestClient
+from records import NOW, record, write_jsonl  # noqa: F401 (tests import them from here)
 
 from buildreport.app import create_app
 from buildreport.config import Settings
@@ -27,38 +26,6 @@ from buildreport.times import US_PER_DAY, to_us
 from buildreport.tokens import new_token
 
 TEST_KEY = "test-signing-key"
-NOW = datetime.now(UTC).replace(microsecond=0)
-
-
-def record(build_id: int, **fields: Any) -> dict[str, Any]:
-    """A valid import record: a built build an hour old in account `acme`, unless told otherwise."""
-    create = fields.pop("create_time", NOW - timedelta(hours=1))
-    if isinstance(create, datetime):
-        create = create.isoformat()
-    status = fields.get("build_status", "built")
-    base: dict[str, Any] = {
-        "account": "acme",
-        "build_id": build_id,
-        "create_time": create,
-        "start_time": create,
-        "queue_time_seconds": 0.5,
-        "duration_seconds": None if status in ("pending", "running") else 60.0,
-        "build_status": status,
-        "cpu_count": 4,
-        "allocated_megabytes": 8192,
-        "cpu_seconds": 120,
-        "derivation_path": f"/nix/store/{'a' * 32}-hello-2.12.1.drv",
-        "outputs": [],
-        "system": "x86_64-linux",
-        "tags": {},
-    }
-    base.update(fields)
-    return base
-
-
-def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
 
 
 class Env:

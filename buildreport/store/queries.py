@@ -78,35 +78,29 @@ def list_builds(account_id: int, query: ListQuery) -> Query:
     return sql, [*params, query.limit + 1]
 
 
-# The twelve columns every part of a summary yields; reader.merge_summary_rows combines the parts.
-SUMMARY_COLUMNS = f"""
-    count(*),
-    coalesce(sum(b.status IN {in_list(SUCCESSFUL)}), 0),
-    coalesce(sum(b.status IN {in_list(FAILED)}), 0),
-    coalesce(sum(b.status IN {in_list(DISCARDED)}), 0),
-    coalesce(sum(b.status IN {in_list(UNFINISHED)}), 0),
-    coalesce(sum(b.cpu_seconds), 0),
-    coalesce(sum(CASE WHEN b.status IN {in_list(BILLABLE)} THEN b.cpu_seconds END), 0),
-    coalesce(sum(b.duration_us), 0),
-    min(b.start_us),
-    max(b.stop_us),
-    coalesce(max(b.status IN {in_list(UNFINISHED)}), 0),
-    coalesce(sum(b.nar_size_bytes), 0)
-"""
-TOTALS_COLUMNS = f"""
-    coalesce(sum(h.builds), 0),
-    coalesce(sum(CASE WHEN h.status IN {in_list(SUCCESSFUL)} THEN h.builds END), 0),
-    coalesce(sum(CASE WHEN h.status IN {in_list(FAILED)} THEN h.builds END), 0),
-    coalesce(sum(CASE WHEN h.status IN {in_list(DISCARDED)} THEN h.builds END), 0),
-    coalesce(sum(CASE WHEN h.status IN {in_list(UNFINISHED)} THEN h.builds END), 0),
-    coalesce(sum(h.cpu_seconds), 0),
-    coalesce(sum(CASE WHEN h.status IN {in_list(BILLABLE)} THEN h.cpu_seconds END), 0),
-    coalesce(sum(h.duration_us), 0),
-    min(h.first_start_us),
-    max(h.last_stop_us),
-    coalesce(max(h.status IN {in_list(UNFINISHED)}), 0),
-    coalesce(sum(h.nar_size_bytes), 0)
-"""
+def _summary_columns(alias: str, weight: str, first_start: str, last_stop: str) -> str:
+    """The twelve columns every part of a summary yields; reader.merge_summary_rows combines the parts.
+
+    Over builds each row weighs 1; over totals a row stands for `builds` builds.
+    """
+
+    def count(statuses: frozenset[BuildStatus]) -> str:
+        return f"coalesce(sum(CASE WHEN {alias}.status IN {in_list(statuses)} THEN {weight} END), 0)"
+
+    return f"""
+    coalesce(sum({weight}), 0), {count(SUCCESSFUL)}, {count(FAILED)}, {count(DISCARDED)}, {count(UNFINISHED)},
+    coalesce(sum({alias}.cpu_seconds), 0),
+    coalesce(sum(CASE WHEN {alias}.status IN {in_list(BILLABLE)} THEN {alias}.cpu_seconds END), 0),
+    coalesce(sum({alias}.duration_us), 0),
+    min({alias}.{first_start}),
+    max({alias}.{last_stop}),
+    coalesce(max({alias}.status IN {in_list(UNFINISHED)}), 0),
+    coalesce(sum({alias}.nar_size_bytes), 0)
+    """
+
+
+SUMMARY_COLUMNS = _summary_columns("b", "1", "start_us", "stop_us")
+TOTALS_COLUMNS = _summary_columns("h", "h.builds", "first_start_us", "last_stop_us")
 
 
 def _raw_summary(account_id: int, build_filter: BuildFilter) -> Query:

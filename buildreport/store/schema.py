@@ -8,6 +8,20 @@ from pathlib import Path
 # "brep": marks a SQLite file as a buildreport database.
 APPLICATION_ID = 0x62726570
 
+_TOTALS_TABLE = """
+    CREATE TABLE {name} (
+        account_id INTEGER NOT NULL,
+        period_us INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        builds INTEGER NOT NULL,
+        cpu_seconds INTEGER NOT NULL,
+        duration_us INTEGER NOT NULL,
+        nar_size_bytes INTEGER NOT NULL,
+        first_start_us INTEGER NOT NULL,
+        last_stop_us INTEGER,
+        PRIMARY KEY (account_id, period_us, status)
+    ) WITHOUT ROWID;"""
+
 # Each entry migrates from version i to i + 1.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -64,30 +78,8 @@ MIGRATIONS: tuple[str, ...] = (
 
     -- Totals per account, UTC hour (and day) of creation and status, kept exactly in step with builds by
     -- every import. A summary adds whole days and hours from here to the raw builds at its window's edges.
-    CREATE TABLE hourly_totals (
-        account_id INTEGER NOT NULL,
-        period_us INTEGER NOT NULL,
-        status TEXT NOT NULL,
-        builds INTEGER NOT NULL,
-        cpu_seconds INTEGER NOT NULL,
-        duration_us INTEGER NOT NULL,
-        nar_size_bytes INTEGER NOT NULL,
-        first_start_us INTEGER NOT NULL,
-        last_stop_us INTEGER,
-        PRIMARY KEY (account_id, period_us, status)
-    ) WITHOUT ROWID;
-    CREATE TABLE daily_totals (
-        account_id INTEGER NOT NULL,
-        period_us INTEGER NOT NULL,
-        status TEXT NOT NULL,
-        builds INTEGER NOT NULL,
-        cpu_seconds INTEGER NOT NULL,
-        duration_us INTEGER NOT NULL,
-        nar_size_bytes INTEGER NOT NULL,
-        first_start_us INTEGER NOT NULL,
-        last_stop_us INTEGER,
-        PRIMARY KEY (account_id, period_us, status)
-    ) WITHOUT ROWID;
+{hourly_totals}
+{daily_totals}
 
     -- Billable builds per account and UTC day of their stop time: usage is a sum over days.
     CREATE TABLE daily_usage (
@@ -103,7 +95,10 @@ MIGRATIONS: tuple[str, ...] = (
         size_bytes INTEGER NOT NULL,
         zlib BLOB NOT NULL
     );
-    """,
+    """.format(
+        hourly_totals=_TOTALS_TABLE.format(name="hourly_totals"),
+        daily_totals=_TOTALS_TABLE.format(name="daily_totals"),
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

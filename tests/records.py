@@ -1,0 +1,41 @@
+"""Import records for tests: valid by default, with any field overridden."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+
+
+def record(build_id: int, **fields: Any) -> dict[str, Any]:
+    """A valid import record: a built build an hour old in account `acme`, unless told otherwise."""
+    create = fields.pop("create_time", NOW - timedelta(hours=1))
+    if isinstance(create, datetime):
+        create = create.isoformat()
+    status = fields.get("build_status", "built")
+    base: dict[str, Any] = {
+        "account": "acme",
+        "build_id": build_id,
+        "create_time": create,
+        "start_time": create,
+        "queue_time_seconds": 0.5,
+        "duration_seconds": None if status in ("pending", "running") else 60.0,
+        "build_status": status,
+        "cpu_count": 4,
+        "allocated_megabytes": 8192,
+        "cpu_seconds": 120,
+        "derivation_path": f"/nix/store/{'a' * 32}-hello-2.12.1.drv",
+        "outputs": [],
+        "system": "x86_64-linux",
+        "tags": {},
+    }
+    base.update(fields)
+    return base
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
