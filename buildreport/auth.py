@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import msgspec
 from litestar.middleware import ASGIMiddleware
@@ -155,7 +154,3 @@ def _with_headers(send: Send, headers: dict[str, str]) -> Send:
         await send(message)
 
     return wrapped
-
-
-def principal_of(scope: Any) -> Principal:
-    return scope["auth"]

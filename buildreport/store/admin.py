@@ -23,10 +23,6 @@ def ensure_account(conn: sqlite3.Connection, name: str, now_us: int) -> int:
     return conn.execute("SELECT account_id FROM accounts WHERE name = ?", (name,)).fetchone()[0]
 
 
-def account_names(conn: sqlite3.Connection) -> list[str]:
-    return [row[0] for row in conn.execute("SELECT name FROM accounts ORDER BY name")]
-
-
 def insert_token(
     conn: sqlite3.Connection,
     *,
