@@ -53,29 +53,33 @@ def _filter_sql(account_id: int, build_filter: BuildFilter, alias: str) -> tuple
 
 
 def list_builds(account_id: int, query: ListQuery) -> Query:
-    """Builds newest first, one more than the limit so the caller knows whether a next page exists.
+    """A page of builds, newest first, as one JSON array that SQLite joins from the stored JSON.
 
-    SQLite joins the stored JSON of the builds itself: one value crosses into Python instead of a row
-    per build, which halves the cost of a long page. The subquery's LIMIT keeps its order for the
-    aggregate (SQLite does not flatten a limited subquery into an aggregate). Beside the JSON come, in
-    the same order, each build's stored digest (for the ETag), its position key (for the next page's
-    cursor) and its length (to drop the extra build).
+    One value crosses into Python instead of a row per build, which halves the cost of a long page.
+    The subquery's LIMIT keeps its order for the aggregate (SQLite does not flatten a limited subquery
+    into an aggregate). Beside the JSON comes, in the same order, each build's stored digest (for the ETag).
     """
+    source, where, params, order = _ordered(account_id, query)
+    page = f"SELECT b.body, b.body_hash FROM {source} WHERE {where} ORDER BY {order} LIMIT ?"
+    sql = f"SELECT count(*), CAST(group_concat(body, ',') AS BLOB), group_concat(body_hash) FROM ({page})"
+    return sql, [*params, query.limit]
+
+
+def page_end(account_id: int, query: ListQuery) -> Query:
+    """The position of a full page's last build and, when more match, of the next one: two rows at most."""
+    source, where, params, order = _ordered(account_id, query)
+    keys = "t.create_us, t.build_id" if query.filter.tags else "b.create_us, b.build_id"
+    sql = f"SELECT {keys} FROM {source} WHERE {where} ORDER BY {order} LIMIT 2 OFFSET ?"
+    return sql, [*params, query.limit - 1]
+
+
+def _ordered(account_id: int, query: ListQuery) -> tuple[str, str, list[object], str]:
     source, where, params = _filter_sql(account_id, query.filter, "b")
-    order_cols = ("t.create_us", "t.build_id") if query.filter.tags else ("b.create_us", "b.build_id")
+    first, second = ("t.create_us", "t.build_id") if query.filter.tags else ("b.create_us", "b.build_id")
     if query.cursor is not None:
-        where += f" AND ({order_cols[0]}, {order_cols[1]}) < (?, ?)"
+        where += f" AND ({first}, {second}) < (?, ?)"
         params += [query.cursor.create_us, query.cursor.build_id]
-    page = (
-        f"SELECT b.create_us, b.build_id, b.body, b.body_hash FROM {source} WHERE {where}"
-        f" ORDER BY {order_cols[0]} DESC, {order_cols[1]} DESC LIMIT ?"
-    )
-    sql = (
-        "SELECT count(*), CAST(group_concat(body, ',') AS BLOB), group_concat(body_hash),"
-        " group_concat(create_us || ':' || build_id), group_concat(length(body))"
-        f" FROM ({page})"
-    )
-    return sql, [*params, query.limit + 1]
+    return source, where, params, f"{first} DESC, {second} DESC"
 
 
 def _summary_columns(alias: str, weight: str, first_start: str, last_stop: str) -> str:
