@@ -55,13 +55,14 @@ def _filter_sql(account_id: int, build_filter: BuildFilter, alias: str) -> tuple
 def list_builds(account_id: int, query: ListQuery) -> Query:
     """A page of builds, newest first, as one JSON array that SQLite joins from the stored JSON.
 
-    One value crosses into Python instead of a row per build, which halves the cost of a long page.
+    One value, brackets included, crosses into Python instead of a row per build: that halves the cost
+    of a long page, and the 450 KB of a full page are not copied again.
     The subquery's LIMIT keeps its order for the aggregate (SQLite does not flatten a limited subquery
     into an aggregate). Beside the JSON comes, in the same order, each build's stored digest (for the ETag).
     """
     source, where, params, order = _ordered(account_id, query)
     page = f"SELECT b.body, b.body_hash FROM {source} WHERE {where} ORDER BY {order} LIMIT ?"
-    sql = f"SELECT count(*), CAST(group_concat(body, ',') AS BLOB), group_concat(body_hash) FROM ({page})"
+    sql = f"SELECT count(*), CAST('[' || group_concat(body, ',') || ']' AS BLOB), group_concat(body_hash) FROM ({page})"
     return sql, [*params, query.limit]
 
 

@@ -139,7 +139,7 @@ class Reader:
             log.warning("could not record a token's last use: %s", task.exception())
 
     async def list_builds(self, account_id: int, query: ListQuery) -> BuildPage:
-        ((count, joined, hashes),) = await self._rows(queries.list_builds(account_id, query))
+        ((count, array, hashes),) = await self._rows(queries.list_builds(account_id, query))
         if not count:
             return BuildPage(body=b"[]", digest=b"", next_cursor=None)
         next_cursor = None
@@ -148,7 +148,7 @@ class Reader:
             ends = await self._rows(queries.page_end(account_id, query))
             if len(ends) == 2:
                 next_cursor = Cursor(create_us=ends[0][0], build_id=ends[0][1])
-        return BuildPage(body=b"[" + joined + b"]", digest=hashes.encode(), next_cursor=next_cursor)
+        return BuildPage(body=array, digest=hashes.encode(), next_cursor=next_cursor)
 
     async def build(self, account_id: int, build_id: int) -> bytes | None:
         rows = self._lookup(queries.get_build(account_id, build_id))
