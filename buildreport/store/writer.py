@@ -33,34 +33,54 @@ class WriteStats(msgspec.Struct):
 
 
 class _Row(msgspec.Struct):
-    """What the builds table holds for one build, plus its tags and log."""
+    """What the builds table holds for one build, derived once: its columns, JSON, tags and log."""
 
     location: object
     account_id: int
     build: Build
+    body: bytes
+    create_us: int
+    start_us: int
+    duration_us: int | None
     log: bytes | None  # compressed
     log_size: int
 
+    @classmethod
+    def of(cls, location: object, account_id: int, build: Build, log_text: str | None) -> _Row:
+        raw_log = log_text.encode() if log_text is not None else None
+        return cls(
+            location=location,
+            account_id=account_id,
+            build=build,
+            body=_ENCODER.encode(build),
+            create_us=to_us(build.create_time),
+            start_us=to_us(build.start_time),
+            duration_us=round(build.duration_seconds * 1_000_000) if build.duration_seconds is not None else None,
+            log=zlib.compress(raw_log, 6) if raw_log is not None else None,
+            log_size=len(raw_log) if raw_log is not None else 0,
+        )
+
+    @property
+    def stop_us(self) -> int | None:
+        return self.start_us + self.duration_us if self.duration_us is not None else None
+
     def values(self) -> tuple:
         b = self.build
-        start_us = to_us(b.start_time)
-        duration_us = round(b.duration_seconds * 1_000_000) if b.duration_seconds is not None else None
-        body = _ENCODER.encode(b)
         return (
             b.build_id,
             self.account_id,
-            to_us(b.create_time),
-            start_us,
-            duration_us,
-            start_us + duration_us if duration_us is not None else None,
+            self.create_us,
+            self.start_us,
+            self.duration_us,
+            self.stop_us,
             b.build_status.value,
             b.cpu_seconds,
             sum(o.nar_size_bytes for o in b.outputs),
             b.derivation_path,
             b.restart_of_build_id,
             b.restarted_as_build_id,
-            body,
-            body_hash(body),
+            self.body,
+            body_hash(self.body),
         )
 
 
@@ -157,10 +177,9 @@ class BuildWriter:
             row = self._prepare(location, record, existing.get(record.build_id))
             if row is not None:
                 rows.append(row)
-        values = [row.values() for row in rows]
-        self._conn.executemany(_UPSERT, values)
-        for row, value in zip(rows, values, strict=True):
-            self._touch(row.account_id, value[2], value[5])
+        self._conn.executemany(_UPSERT, [row.values() for row in rows])
+        for row in rows:
+            self._touch(row.account_id, row.create_us, row.stop_us)
             old = existing.get(row.build.build_id)
             if old is not None:
                 self._touch(old.account_id, old.create_us, old.stop_us)
@@ -181,11 +200,10 @@ class BuildWriter:
             build = self._merge_links(location, build, old)
             if build is None:
                 return None
-        log = zlib.compress(record.log.encode(), 6) if record.log is not None else None
-        row = _Row(location, account_id, build, log, len(record.log.encode()) if record.log is not None else 0)
+        row = _Row.of(location, account_id, build, record.log)
         if old is None:
             self.stats.created += 1
-        elif old.body == _ENCODER.encode(build) and (log is None or self._same_log(build.build_id, log)):
+        elif old.body == row.body and (row.log is None or self._same_log(build.build_id, row.log)):
             self.stats.unchanged += 1
             return None
         else:
@@ -220,8 +238,7 @@ class BuildWriter:
         )
         fresh = []
         for row in rows:
-            create_us = to_us(row.build.create_time)
-            fresh += [(row.account_id, k, v, create_us, row.build.build_id) for k, v in row.build.tags.items()]
+            fresh += [(row.account_id, k, v, row.create_us, row.build.build_id) for k, v in row.build.tags.items()]
         self._conn.executemany(
             "INSERT OR IGNORE INTO build_tags (account_id, key, value, create_us, build_id) VALUES (?, ?, ?, ?, ?)",
             fresh,
