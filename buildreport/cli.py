@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from buildreport import __version__
+from buildreport import __version__, config
 from buildreport.config import DEFAULT_RATE_LIMIT, Settings, default_db
 from buildreport.store.schema import DatabaseError, open_database
 from buildreport.times import US_PER_SECOND, format_us, now_us
@@ -84,17 +85,61 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             envvar="BUILDREPORT_WORKERS",
         ),
         click.option("--access-log/--no-access-log", default=True, show_default=True),
+        *_limit_options(),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
+def _limit_options() -> list:  # type: ignore[type-arg]
+    """Bounds on what one client can hold of a worker process; README "Security and limits" explains each."""
+
+    def limit(name: str, default: float, kind: click.ParamType, text: str):  # type: ignore[no-untyped-def]
+        env = "BUILDREPORT_" + name.upper().replace("-", "_")
+        return click.option(f"--{name}", default=default, show_default=True, type=kind, envvar=env, help=text)
+
+    return [
+        limit("max-header-bytes", config.DEFAULT_MAX_HEADER_BYTES, click.IntRange(1024, 1024 * 1024),
+              "Largest request line plus headers; larger requests get 431."),
+        limit("header-timeout", config.DEFAULT_HEADER_TIMEOUT, click.FloatRange(0.1, 3600),
+              "Seconds a client has to send its request line and headers before it is dropped."),
+        limit("keep-alive-timeout", config.DEFAULT_KEEP_ALIVE_TIMEOUT, click.FloatRange(0.1, 3600),
+              "Seconds an idle connection stays open between requests."),
+        limit("max-connections", config.DEFAULT_MAX_CONNECTIONS, click.IntRange(1, 1_000_000),
+              "Open connections per worker process; requests beyond them get 503."),
+        limit("link-rate-limit", config.DEFAULT_LINK_RATE_LIMIT, click.IntRange(0),
+              "Requests a minute per client address to signed pages and logs (/b/…); 0 turns it off."),
+        limit("log-streams", config.DEFAULT_LOG_STREAMS, click.IntRange(1, 10_000),
+              "Raw logs streamed at once per worker process; more get 429."),
+        limit("log-streams-per-client", config.DEFAULT_LOG_STREAMS_PER_CLIENT, click.IntRange(1, 10_000),
+              "Raw logs streamed at once to one client address per worker process."),
+    ]
+
+
+class KeyRefused(click.ClickException):
+    """A signing key too weak to sign links: a usage error, exit status 2."""
+
+    exit_code = 2
+
+
 def _settings(db: str, **kwargs: object) -> Settings:
     keys = tuple(kwargs.pop("secret_keys") or ())  # type: ignore[arg-type]
-    if not keys and os.environ.get("BUILDREPORT_SECRET_KEY"):
-        keys = tuple(k.strip() for k in os.environ["BUILDREPORT_SECRET_KEY"].split(",") if k.strip())
+    from_env = os.environ.get("BUILDREPORT_SECRET_KEY")
+    if not keys and from_env is not None:
+        # Set but empty (or with an empty entry) is a mistake to report, not a reason to generate a key.
+        keys = tuple(k.strip() for k in from_env.split(","))
     return Settings(db=str(db), secret_keys=keys, **kwargs)  # type: ignore[arg-type]
+
+
+def _check_signing_keys(settings: Settings) -> None:
+    """Refuse to start with a key that would let anyone forge links (or generate the key, once)."""
+    try:
+        config.load_secret_keys(settings)
+    except config.WeakKey as exc:
+        raise KeyRefused(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(f"cannot read or write the signing key: {exc}") from exc
 
 
 def _check_port(host: str, port: int) -> None:
@@ -115,16 +160,32 @@ def run_server(settings: Settings) -> None:
 
     _check_port(settings.host, settings.port)
     _open(settings.db).close()
+    _check_signing_keys(settings)
     configure_logging()
+    from buildreport.protocol import ServeConfig
+
     # No websocket routes: uvicorn need not load a websocket implementation.
-    common = {"host": settings.host, "port": settings.port, "access_log": False, "log_config": None, "ws": "none"}
+    common = {
+        "host": settings.host, "port": settings.port, "access_log": False, "log_config": None, "ws": "none",
+        "max_header_bytes": settings.max_header_bytes, "header_timeout": settings.header_timeout,
+        "timeout_keep_alive": settings.keep_alive_timeout, "limit_concurrency": settings.max_connections,
+    }
+    # uvicorn.run, with a Config that carries the head limits to every worker.
     if settings.workers > 1:
+        from uvicorn.supervisors import Multiprocess
+
         os.environ[SETTINGS_ENV] = to_env(settings)
-        uvicorn.run("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
+        server_config = ServeConfig("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
+        Multiprocess(server_config, sockets=[server_config.bind_socket()]).run()
     else:
         from buildreport.app import create_app
 
-        uvicorn.run(create_app(settings), **common)
+        server_config = ServeConfig(create_app(settings), **common)
+        server = uvicorn.Server(server_config)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+        if not server.started:
+            sys.exit(3)  # uvicorn's STARTUP_FAILURE
 
 
 @main.command()
@@ -365,6 +426,7 @@ def demo(db: str | None, **kwargs: object) -> None:
         raise click.ClickException(f"{db} exists; the demo starts from a fresh database (choose another --db)")
     settings = _settings(db, **kwargs)
     _check_port(settings.host, settings.port)
+    _check_signing_keys(settings)
     conn = _open(db)
     try:
         lines = prepare_demo(conn, settings, sample_data_path(), now_us())

@@ -11,6 +11,18 @@ import msgspec
 DEFAULT_DB = "buildreport.db"
 DEFAULT_RATE_LIMIT = 3000  # requests a minute per token and process
 SETTINGS_ENV = "BUILDREPORT_SETTINGS"
+# A signing key must carry at least 32 random bytes: 43 base64url characters, as generated keys are.
+MIN_KEY_CHARS = 43
+MIN_KEY_DISTINCT_CHARS = 8  # refuses "aaaa…" and a short word repeated, accepts hex and base64 keys
+KEY_ADVICE = "generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+# Limits of the HTTP server, per worker process (see README, "Security and limits").
+DEFAULT_MAX_HEADER_BYTES = 32 * 1024
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_KEEP_ALIVE_TIMEOUT = 5.0
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_LINK_RATE_LIMIT = 120  # requests a minute per client address to /b/…
+DEFAULT_LOG_STREAMS = 4
+DEFAULT_LOG_STREAMS_PER_CLIENT = 2
 
 
 class Settings(msgspec.Struct, frozen=True):
@@ -22,6 +34,13 @@ class Settings(msgspec.Struct, frozen=True):
     rate_limit: int = DEFAULT_RATE_LIMIT
     workers: int = 1
     access_log: bool = True
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    link_rate_limit: int = DEFAULT_LINK_RATE_LIMIT
+    log_streams: int = DEFAULT_LOG_STREAMS
+    log_streams_per_client: int = DEFAULT_LOG_STREAMS_PER_CLIENT
 
     @property
     def base_url(self) -> str:
@@ -52,18 +71,43 @@ def secret_path(db: str) -> Path:
     return Path(db + ".secret")
 
 
+class WeakKey(ValueError):
+    """A configured signing key that does not carry 32 random bytes; links signed with it could be forged."""
+
+
+def key_weakness(key: str) -> str | None:
+    """Why a signing key is too weak to sign links, or None when it is long and varied enough."""
+    if not key:
+        return "it is empty"
+    if len(key) < MIN_KEY_CHARS:
+        return f"it has {len(key)} characters; at least {MIN_KEY_CHARS} (32 random bytes) are needed"
+    if len(set(key)) < MIN_KEY_DISTINCT_CHARS:
+        return f"it uses only {len(set(key))} different characters; it does not look random"
+    return None
+
+
+def check_keys(keys: tuple[str, ...], source: str) -> tuple[str, ...]:
+    for number, key in enumerate(keys, 1):
+        if (reason := key_weakness(key)) is not None:
+            which = f"key {number} of {source}" if len(keys) > 1 else f"the key of {source}"
+            raise WeakKey(f"refusing to sign links: {which} is too weak: {reason}; {KEY_ADVICE}")
+    return keys
+
+
 def load_secret_keys(settings: Settings) -> tuple[str, ...]:
-    """Signing keys, oldest first: configured ones, or one generated once and kept beside the database."""
+    """Signing keys, oldest first: configured ones, or one generated once and kept beside the database.
+
+    Raises WeakKey for any key shorter or plainer than 32 random bytes, wherever it came from."""
     if settings.secret_keys:
-        return settings.secret_keys
+        return check_keys(settings.secret_keys, "--secret-key / BUILDREPORT_SECRET_KEY")
     path = secret_path(settings.db)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         key = path.read_text().strip()
         if not key:
-            raise RuntimeError(f"{path} is empty; delete it to generate a new signing key") from None
-        return (key,)
+            raise WeakKey(f"{path} is empty; delete it to generate a new signing key") from None
+        return check_keys((key,), f"{path} (delete it to generate a new one; links signed with it stop working)")
     key = secrets.token_urlsafe(32)
     with os.fdopen(fd, "w") as handle:
         handle.write(key + "\n")

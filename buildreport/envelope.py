@@ -1,4 +1,8 @@
-"""The outermost ASGI layer: a request id on every response and log line, HEAD served as GET, access log."""
+"""The outermost ASGI layer: a request id on every response and log line, HEAD served as GET, access log.
+
+Values that came from a request are escaped before they reach a log line (control characters shown as
+`\x1b`, `\n`, …), so a request can neither forge log lines nor write terminal escapes into the log.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
+from buildreport.problems import problem_body
+
 if TYPE_CHECKING:  # annotations only: the `serve --workers N` supervisor never imports Litestar
     from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,6 +26,42 @@ access_log = logging.getLogger("buildreport.access")
 # A random prefix per process and a counter: unique ids without a system call per request.
 _PREFIX = secrets.token_hex(6)
 _COUNTER = itertools.count(1)
+
+
+# C0 and C1 controls, DEL, and the Unicode line separators and bidirectional overrides a terminal or viewer
+# would act on.
+_CONTROLS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+_UNSAFE_FIELD = re.compile(f'[{_CONTROLS}\\\\"]')
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\", '"': '\\"'}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def printable(text: str) -> str:
+    """A request value as a log line shows it: control characters, backslashes and quotes escaped."""
+    return _UNSAFE_FIELD.sub(_escape, text)
+
+
+def without_controls(text: str) -> str:
+    """Any log message with its control characters escaped; a value no caller escaped still cannot forge a line."""
+    return _CONTROL.sub(_escape, text)
+
+
+class EscapingFormatter(logging.Formatter):
+    """Escapes control characters in every message; a traceback keeps its line breaks and nothing else."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = without_controls(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:  # type: ignore[no-untyped-def]
+        return "\n".join(without_controls(line) for line in super().formatException(ei).split("\n"))
 
 
 def new_request_id() -> str:
@@ -38,7 +80,7 @@ def configure_logging() -> None:
     """Log lines to standard error, each with the request id; called in the server and in every worker."""
     handler = logging.StreamHandler()
     handler.addFilter(RequestIdFilter())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
@@ -50,6 +92,12 @@ class Envelope:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if b"%2f" in scope.get("raw_path", b"").partition(b"?")[0].lower():
+            # Routing sees the decoded path: `/builds/1%2Furl` would reach `/builds/1/url`. No path of this
+            # service contains an encoded slash, so such a path names nothing and is answered before routing.
+            await _refuse(send, 404, "No such resource: a path never contains a percent-encoded slash (%2F)")
+            self._log(scope, scope["method"], 404, 0.0)
             return
         given = next((v for k, v in scope["headers"] if k == REQUEST_ID_HEADER), None)
         rid = given.decode() if given is not None and _REASONABLE_ID.fullmatch(given) else new_request_id()
@@ -76,13 +124,29 @@ class Envelope:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            if self.log_requests:
-                access_log.info(
-                    '%s "%s %s" %d %.1fms',
-                    scope.get("client", ("-",))[0] if scope.get("client") else "-",
-                    method,
-                    scope["path"],
-                    status,
-                    (time.perf_counter() - started) * 1000,
-                )
+            self._log(scope, method, status, time.perf_counter() - started)
             request_id.reset(token)
+
+    def _log(self, scope: Scope, method: str, status: int, seconds: float) -> None:
+        if self.log_requests:
+            client = scope.get("client")
+            access_log.info(
+                '%s "%s %s" %d %.1fms',
+                printable(str(client[0])) if client else "-",
+                printable(method),
+                printable(scope["path"]),
+                status,
+                seconds * 1000,
+            )
+
+
+async def _refuse(send: Send, status: int, detail: str) -> None:
+    """A problem answered before routing, with a request id like every other answer."""
+    body = problem_body(status, detail)
+    headers = [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(body)).encode()),
+        (REQUEST_ID_HEADER, new_request_id().encode()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -7,26 +7,7 @@ from typing import Any
 from litestar.plugins.problem_details import ProblemDetailsException
 
 from buildreport.models import InvalidParam
-
-PROBLEM_BASE = "https://buildreport.dev/problems/"
-
-_TITLES = {
-    400: ("invalid-request", "Invalid request"),
-    401: ("unauthorized", "Unauthorized"),
-    403: ("forbidden", "Forbidden"),
-    404: ("not-found", "Not found"),
-    405: ("method-not-allowed", "Method not allowed"),
-    406: ("not-acceptable", "Not acceptable"),
-    410: ("gone", "Gone"),
-    429: ("rate-limited", "Too many requests"),
-    500: ("internal-error", "Internal server error"),
-    503: ("unavailable", "Service unavailable"),
-}
-
-
-def problem_type(status: int) -> tuple[str, str]:
-    slug, title = _TITLES.get(status, ("error", "Error"))
-    return PROBLEM_BASE + slug, title
+from buildreport.problems import problem_type
 
 
 class Problem(ProblemDetailsException):
@@ -39,17 +20,33 @@ class Problem(ProblemDetailsException):
         )
 
 
+# An error body names at most this many bad parameters (and says how many more there were), and its detail
+# the first few of them: a request with thousands of bad values still gets a small answer.
+MAX_INVALID_PARAMS = 30
+MAX_DETAIL_PARAMS = 5
+MAX_SHOWN_CHARS = 100
+
+
+def shown(text: str) -> str:
+    """A value from a request as an error quotes it: repr (control characters escaped), cut to a bounded length."""
+    if len(text) > MAX_SHOWN_CHARS:
+        return repr(text[:MAX_SHOWN_CHARS]) + f"… ({len(text)} characters)"
+    return repr(text)
+
+
 class InvalidParams(Problem):
-    """A 400 naming every query or path parameter that was wrong and why."""
+    """A 400 naming the query or path parameters that were wrong and why (the first few dozen of them)."""
 
     def __init__(self, params: list[InvalidParam]) -> None:
-        names = ", ".join(dict.fromkeys(p.name for p in params))
-        detail = "; ".join(f"{p.name}: {p.reason}" for p in params)
-        super().__init__(
-            400,
-            f"Invalid parameter{'s' if len(params) > 1 else ''} {names}: {detail}",
-            invalid_params=[{"name": p.name, "reason": p.reason} for p in params],
-        )
+        listed = params[:MAX_INVALID_PARAMS]
+        names = ", ".join(dict.fromkeys(p.name for p in params[:MAX_DETAIL_PARAMS]))
+        detail = "; ".join(f"{p.name}: {p.reason}" for p in params[:MAX_DETAIL_PARAMS])
+        if len(params) > MAX_DETAIL_PARAMS:
+            detail += f"; and {len(params) - MAX_DETAIL_PARAMS} more"
+        extra: dict[str, Any] = {"invalid_params": [{"name": p.name, "reason": p.reason} for p in listed]}
+        if len(params) > len(listed):
+            extra["more_invalid_params"] = len(params) - len(listed)
+        super().__init__(400, f"Invalid parameter{'s' if len(params) > 1 else ''} {names}: {detail}", **extra)
         self.params = params
 
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import msgspec
 
-from buildreport.errors import InvalidParams
+from buildreport.errors import MAX_SHOWN_CHARS, InvalidParams, shown
 from buildreport.models import BuildStatus, InvalidParam
 from buildreport.times import US_PER_DAY, date_to_us, from_us, month_start_us, parse_date, parse_moment
 
@@ -20,8 +20,13 @@ MAX_TTL_SECONDS = 604_800
 DEFAULT_TTL_SECONDS = 3_600
 MAX_BUILD_ID = 2**63 - 1
 _STATUSES = ", ".join(s.value for s in BuildStatus)
-# At most 19 digits: enough for any 64-bit value, and int() is never asked to convert a huge string.
-_DIGITS = re.compile(r"[0-9]{1,19}")
+# Canonical decimal only (no sign, no leading zero), at most 19 digits: one text per number, and int() is
+# never asked to convert a huge string.
+CANONICAL_INT = re.compile(r"0|[1-9][0-9]{0,18}")
+# Per request: far more than any report needs, and few enough that every query stays far inside SQLite's
+# limits on expression depth (1000) and bound variables (32766) whatever else the filter holds.
+MAX_TAG_PAIRS = 32
+MAX_STATUS_VALUES = 32
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 Pairs = Sequence[tuple[str, str]]
@@ -37,7 +42,7 @@ class BuildFilter(msgspec.Struct, frozen=True):
     derivation_path: str | None = None
 
 
-class Cursor(msgspec.Struct, frozen=True, array_like=True):
+class Cursor(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
     """The position after the last build of a page, in list order."""
 
     create_us: Int64
@@ -48,11 +53,16 @@ class Cursor(msgspec.Struct, frozen=True, array_like=True):
 
     @classmethod
     def decode(cls, text: str) -> Cursor:
+        error = ValueError("not a cursor this server issued; follow the Link header of the previous page")
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            return msgspec.json.decode(raw, type=cls)
+            cursor = msgspec.json.decode(raw, type=cls)
         except (binascii.Error, ValueError, msgspec.DecodeError) as exc:
-            raise ValueError("not a cursor this server issued; follow the Link header of the previous page") from exc
+            raise error from exc
+        # Only the exact text encode() gives: no padding, spaces, extra elements or other spellings of it.
+        if cursor.encode() != text:
+            raise error
+        return cursor
 
 
 class ListQuery(msgspec.Struct, frozen=True):
@@ -77,7 +87,8 @@ class _Params:
         allowed_set, repeatable_set = set(allowed), set(repeatable)
         for name, value in pairs:
             if name not in allowed_set:
-                self.fail(name, f"unknown parameter; allowed here: {', '.join(sorted(allowed_set)) or 'none'}")
+                allowed_text = ", ".join(sorted(allowed_set)) or "none"
+                self.fail(name[:MAX_SHOWN_CHARS], f"unknown parameter; allowed here: {allowed_text}")
                 continue
             seen = self.values.setdefault(name, [])
             if seen and name not in repeatable_set:
@@ -100,17 +111,25 @@ class _Params:
             raise InvalidParams(self.errors)
 
 
+def _too_many(params: _Params, name: str, items: list[str], cap: int, what: str) -> bool:
+    """One error for a list over its cap, rather than one per item."""
+    if len(items) <= cap:
+        return False
+    params.fail(name, f"{len(items)} {what} given; at most {cap} per request")
+    return True
+
+
 def _parse_tags(params: _Params) -> tuple[tuple[str, str], ...]:
     items = params.joined("tags")
-    if items is None:
+    if items is None or _too_many(params, "tags", items, MAX_TAG_PAIRS, "tag pairs"):
         return ()
     tags: dict[tuple[str, str], None] = {}
     for item in items:
         key, colon, value = item.partition(":")
         if not colon:
-            params.fail("tags", f"{item!r} is not KEY:VALUE")
+            params.fail("tags", f"{shown(item)} is not KEY:VALUE")
         elif not key:
-            params.fail("tags", f"{item!r} has an empty key")
+            params.fail("tags", f"{shown(item)} has an empty key")
         else:
             tags[(key, value)] = None
     return tuple(tags)
@@ -118,14 +137,14 @@ def _parse_tags(params: _Params) -> tuple[tuple[str, str], ...]:
 
 def _parse_statuses(params: _Params) -> tuple[BuildStatus, ...]:
     items = params.joined("status")
-    if items is None:
+    if items is None or _too_many(params, "status", items, MAX_STATUS_VALUES, "status values"):
         return ()
     statuses: dict[BuildStatus, None] = {}
     for item in items:
         try:
             statuses[BuildStatus(item)] = None
         except ValueError:
-            params.fail("status", f"{item!r} is not a build status; allowed: {_STATUSES}")
+            params.fail("status", f"{shown(item)} is not a build status; allowed: {_STATUSES}")
     return tuple(statuses)
 
 
@@ -137,10 +156,10 @@ def _parse_moment(params: _Params, name: str) -> int | None:
         moment = parse_moment(text)
         from_us(moment)  # must be a UTC time that can be written back, e.g. in a Link header
     except OverflowError:
-        params.fail(name, f"{text!r}: out of range; years 0001 to 9999 in UTC")
+        params.fail(name, f"{shown(text)}: out of range; years 0001 to 9999 in UTC")
         return None
     except ValueError as exc:
-        params.fail(name, f"{text!r}: {exc}")
+        params.fail(name, f"{shown(text)}: {exc}")
         return None
     return moment
 
@@ -149,8 +168,8 @@ def _parse_int(params: _Params, name: str, low: int, high: int, default: int) ->
     text = params.single(name)
     if text is None:
         return default
-    if not _DIGITS.fullmatch(text) or not low <= int(text) <= high:
-        params.fail(name, f"{text!r} is not an integer from {low} to {high}")
+    if not CANONICAL_INT.fullmatch(text) or not low <= int(text) <= high:
+        params.fail(name, f"{shown(text)} is not an integer from {low} to {high} in plain decimal")
         return default
     return int(text)
 
@@ -222,7 +241,7 @@ def parse_usage_query(pairs: Pairs, now_us: int) -> UsageQuery:
             bounds[name] = date_to_us(parse_date(text))
         except ValueError as exc:
             reason = "a date (YYYY-MM-DD) is expected, not a date-time" if "T" in text.upper() else str(exc)
-            params.fail(name, f"{text!r}: {reason}")
+            params.fail(name, f"{shown(text)}: {reason}")
     from_us = bounds["from"] if bounds["from"] is not None else month_start_us(now_us)
     if bounds["from"] is not None:
         _check_range(params, from_us, bounds["to"], "from", "to")
@@ -248,6 +267,7 @@ def parse_no_params(pairs: Pairs) -> None:
 
 def parse_build_id(text: str) -> int:
     """The `{build_id}` of a path: a positive 64-bit integer."""
-    if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= MAX_BUILD_ID:
-        raise InvalidParams([InvalidParam(name="build_id", reason=f"{text!r} is not a positive 64-bit integer")])
+    if not CANONICAL_INT.fullmatch(text) or not 1 <= int(text) <= MAX_BUILD_ID:
+        reason = f"{shown(text)} is not a positive 64-bit integer in plain decimal (no sign or leading zero)"
+        raise InvalidParams([InvalidParam(name="build_id", reason=reason)])
     return int(text)

@@ -157,3 +157,4 @@ class Problem(msgspec.Struct, omit_defaults=True):
     status: int
     detail: str
     invalid_params: list[InvalidParam] | None = None
+    more_invalid_params: int | None = None  # bad parameters beyond those `invalid_params` lists

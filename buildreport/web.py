@@ -13,7 +13,6 @@ lines (`LineWindow`), so neither holds the whole text.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -29,7 +28,8 @@ from litestar.params import PathParameter
 from litestar.response import Stream
 
 from buildreport import humanize
-from buildreport.errors import Problem
+from buildreport.errors import Problem, shown
+from buildreport.filters import CANONICAL_INT
 from buildreport.logtext import FULL_LOG_BYTES, LINE_BYTES, TAIL_LINES, inflate, render_log, tail_bytes, window
 from buildreport.models import DISCARDED, FAILED, SUCCESSFUL, Build, BuildStatus
 from buildreport.signing import LinkClaims, LinkSigner
@@ -233,7 +233,6 @@ async def build_page(request: Request[Any, Any, Any], token: Token) -> Response[
     )
 
 
-_TAIL = re.compile(r"[0-9]{1,7}")
 
 
 def _tail_param(request: Request[Any, Any, Any]) -> int | None:
@@ -243,8 +242,8 @@ def _tail_param(request: Request[Any, Any, Any]) -> int | None:
     reason = None
     if len(values) > 1:
         reason = "give it once"
-    elif not _TAIL.fullmatch(values[0]) or not 1 <= int(values[0]) <= MAX_TAIL:
-        reason = f"{values[0]!r} is not a whole number of lines from 1 to {MAX_TAIL}"
+    elif not CANONICAL_INT.fullmatch(values[0]) or not 1 <= int(values[0]) <= MAX_TAIL:
+        reason = f"{shown(values[0])} is not a whole number of lines from 1 to {MAX_TAIL}"
     if reason:
         raise Problem(400, f"Invalid parameter tail: {reason}", headers=PAGE_HEADERS,
                       invalid_params=[{"name": "tail", "reason": reason}])

@@ -25,7 +25,7 @@ from buildreport.store.schema import open_database
 from buildreport.times import US_PER_DAY, to_us
 from buildreport.tokens import new_token
 
-TEST_KEY = "test-signing-key"
+TEST_KEY = "test-signing-key-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
 class Env:

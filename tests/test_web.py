@@ -87,23 +87,27 @@ def test_garbage_never_verifies(token):
     assert LinkSigner((TEST_KEY,)).verify(token) is None
 
 
+OLD_KEY = "old-key-" + "Zm9yZ2VyeS1yZXNpc3RhbnQtb2xkLWtleS0xMjM0NTY"
+NEW_KEY = "new-key-" + "bmV3ZXItZm9yZ2VyeS1yZXNpc3RhbnQta2V5LTk4NzY"
+
+
 def test_links_follow_key_rotation_over_http(env):
     env.load([record(1, log="hello\n")])
     secret = env.token()
-    with env.client(secret_keys=("old",)) as client:
+    with env.client(secret_keys=(OLD_KEY,)) as client:
         old_link = link(client, secret, 1)
-    with env.client(secret_keys=("old", "new")) as client:
+    with env.client(secret_keys=(OLD_KEY, NEW_KEY)) as client:
         assert client.get(old_link).status_code == 200  # a link signed before the rotation still opens
         new_link = link(client, secret, 1)
         assert client.get(new_link).status_code == 200
-    claims_of(new_link, ("new",))  # new links are signed with the last key
-    assert LinkSigner(("old",)).verify(token_of(new_link)) is None
-    with env.client(secret_keys=("new",)) as client:  # the old key retired: its links stop working
+    claims_of(new_link, (NEW_KEY,))  # new links are signed with the last key
+    assert LinkSigner((OLD_KEY,)).verify(token_of(new_link)) is None
+    with env.client(secret_keys=(NEW_KEY,)) as client:  # the old key retired: its links stop working
         response = client.get(old_link)
         assert response.status_code == 403
         assert "not valid" in response.text
         assert client.get(new_link).status_code == 200
-    with env.client(secret_keys=("unknown",)) as client:
+    with env.client(secret_keys=("unknown-" + NEW_KEY,)) as client:
         assert client.get(new_link).status_code == 403
         assert client.get(new_link + "/log").status_code == 403
 
