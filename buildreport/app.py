@@ -22,6 +22,7 @@ from buildreport.api import api_router
 from buildreport.config import Settings, load_secret_keys
 from buildreport.envelope import Envelope, request_id
 from buildreport.errors import Problem
+from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
 from buildreport.signing import LinkSigner
 from buildreport.store.reader import Reader
@@ -95,6 +96,10 @@ def _openapi() -> OpenAPIConfig:
     )
 
 
+def _link_limits(settings: Settings) -> LinkLimits:
+    return LinkLimits(settings.link_rate_limit, settings.log_streams, settings.log_streams_per_client)
+
+
 def create_litestar(settings: Settings) -> Litestar:
     open_database(settings.db).close()  # creates or migrates before any request
     signer = LinkSigner(load_secret_keys(settings))
@@ -110,7 +115,7 @@ def create_litestar(settings: Settings) -> Litestar:
     from buildreport.web import web_router  # the signed page is a second face over the same reader
 
     return Litestar(
-        route_handlers=[api_router(settings.rate_limit), web_router(), healthz, favicon],
+        route_handlers=[api_router(settings.rate_limit), web_router(_link_limits(settings)), healthz, favicon],
         lifespan=[lifespan],
         plugins=[
             ProblemDetailsPlugin(

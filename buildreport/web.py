@@ -24,12 +24,15 @@ import anyio.to_thread
 import msgspec
 from jinja2 import DictLoader, Environment, StrictUndefined
 from litestar import Request, Response, Router, get
+from litestar.middleware import ASGIMiddleware
 from litestar.params import PathParameter
 from litestar.response import Stream
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from buildreport import humanize
 from buildreport.errors import Problem, shown
 from buildreport.filters import CANONICAL_INT
+from buildreport.linklimits import LinkLimits, TooMany
 from buildreport.logtext import FULL_LOG_BYTES, LINE_BYTES, TAIL_LINES, inflate, render_log, tail_bytes, window
 from buildreport.models import DISCARDED, FAILED, SUCCESSFUL, Build, BuildStatus
 from buildreport.signing import LinkClaims, LinkSigner
@@ -144,10 +147,11 @@ _TEMPLATES = _environment()
 class LinkPage(Exception):
     """An answer other than the build: an error page (HTML) with its status code."""
 
-    def __init__(self, status: int, template_vars: dict[str, Any]) -> None:
+    def __init__(self, status: int, template_vars: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         super().__init__(template_vars.get("title", ""))
         self.status = status
         self.template_vars = template_vars
+        self.headers = headers or {}
 
 
 def _prefix(request: Request[Any, Any, Any]) -> str:
@@ -155,21 +159,54 @@ def _prefix(request: Request[Any, Any, Any]) -> str:
     return urlsplit(request.app.state.settings.base_url).path.rstrip("/")
 
 
-def _render(request: Request[Any, Any, Any], template: str, code: int = 200, **values: Any) -> Response[bytes]:
+def _render(
+    request: Request[Any, Any, Any], template: str, code: int = 200, headers: dict[str, str] | None = None,
+    **values: Any,
+) -> Response[bytes]:
     prefix = _prefix(request)
 
     def static(name: str) -> str:
         return f"{prefix}/b/static/{name}?v={_STATIC_VERSION[name]}"
 
     body = _TEMPLATES.get_template(template).render(static=static, now=from_us(now_us()), **values)
-    return Response(content=body.encode(), status_code=code, media_type=HTML, headers=PAGE_HEADERS)
+    all_headers = {**PAGE_HEADERS, **(headers or {})}
+    return Response(content=body.encode(), status_code=code, media_type=HTML, headers=all_headers)
 
 
 Token = Annotated[str, PathParameter(description="A signed build link.")]
 
 
 def _page_error(request: Request[Any, Any, Any], exc: LinkPage) -> Response[bytes]:
-    return _render(request, "error.html", exc.status, icon="link", status_code=exc.status, **exc.template_vars)
+    return _render(
+        request, "error.html", exc.status, exc.headers, icon="link", status_code=exc.status, **exc.template_vars
+    )
+
+
+class LinkLimitMiddleware(ASGIMiddleware):
+    """Requests a minute per client address to pages and logs, and raw-log streams held at once (linklimits.py)."""
+
+    def __init__(self, limits: LinkLimits) -> None:
+        self.limits = limits
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        opt = scope["route_handler"].opt
+        if opt.get("unlimited"):
+            await next_app(scope, receive, send)
+            return
+        client = str(scope["client"][0]) if scope.get("client") else "-"
+        try:
+            self.limits.count_request(client)
+            if not opt.get("log_stream"):
+                await next_app(scope, receive, send)
+                return
+            with self.limits.stream(client):
+                await next_app(scope, receive, send)
+        except TooMany as exc:
+            raise LinkPage(
+                429, {"title": "Too many requests", "kind": "busy", "message": exc.message,
+                      "retry_after": exc.retry_after},
+                headers={"Retry-After": str(exc.retry_after)},
+            ) from None
 
 
 async def _open_link(request: Request[Any, Any, Any], token: str) -> tuple[LinkClaims, bytes]:
@@ -250,7 +287,7 @@ def _tail_param(request: Request[Any, Any, Any]) -> int | None:
     return int(values[0])
 
 
-@get("/{token:str}/log", include_in_schema=False)
+@get("/{token:str}/log", include_in_schema=False, opt={"log_stream": True})
 async def raw_log(request: Request[Any, Any, Any], token: Token) -> Stream:
     claims, _ = await _open_link(request, token)
     tail = _tail_param(request)
@@ -274,7 +311,7 @@ async def raw_log(request: Request[Any, Any, Any], token: Token) -> Stream:
     return Stream(body(), media_type=TEXT, headers=headers)
 
 
-@get("/static/{name:str}", include_in_schema=False)
+@get("/static/{name:str}", include_in_schema=False, opt={"unlimited": True})
 async def static_file(name: Annotated[str, PathParameter()]) -> Response[bytes]:
     if name not in STATIC:
         raise Problem(404, "No such resource")
@@ -283,10 +320,11 @@ async def static_file(name: Annotated[str, PathParameter()]) -> Response[bytes]:
     return Response(content=STATIC[name], media_type=_STATIC_TYPES[suffix], headers=headers)
 
 
-def web_router() -> Router:
+def web_router(limits: LinkLimits | None = None) -> Router:
     return Router(
         path="/b",
         route_handlers=[static_file, build_page, raw_log],
+        middleware=[LinkLimitMiddleware(limits)] if limits is not None else [],
         exception_handlers={LinkPage: _page_error},
         include_in_schema=False,
     )

@@ -3,6 +3,7 @@ health and the OpenAPI document."""
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 import time
 from datetime import timedelta
@@ -666,3 +667,68 @@ def test_openapi_documents_parameter_types_and_bounds(openapi, path, name, expec
     schema = parameter["schema"]
     assert {key: schema.get(key) for key in expected} == expected
     assert parameter["required"] == (name == "build_id")
+
+
+# --- bounded requests and canonical paths ------------------------------------------------------
+
+
+def test_many_bad_status_values_give_a_small_problem(api):
+    client, secret = api
+    response = client.get("/builds?status=" + ",".join(f"bad{i}" for i in range(5000)), headers=auth(secret))
+    body = assert_problem(response, 400)
+    assert len(response.content) < 4000
+    assert "at most 32" in body["detail"]
+
+
+def test_problem_lists_a_few_dozen_bad_parameters_and_counts_the_rest(api):
+    client, secret = api
+    query = "&".join(f"unknown{i}=1" for i in range(500))
+    response = client.get(f"/builds?{query}", headers=auth(secret))
+    body = assert_problem(response, 400)
+    assert len(body["invalid_params"]) == 30
+    assert body["more_invalid_params"] == 470
+    assert "and 495 more" in body["detail"]
+    assert len(response.content) < 10_000
+
+
+def test_too_many_tag_pairs_is_a_400_not_an_outage(api):
+    client, secret = api
+    response = client.get("/builds?tags=" + ",".join(f"k{i}:v" for i in range(1000)), headers=auth(secret))
+    body = assert_problem(response, 400)
+    assert "at most 32" in body["detail"]
+
+
+@pytest.mark.parametrize("path", ["/builds", "/builds/summary"])
+def test_the_largest_filter_allowed_stays_within_sqlite_limits(api, path):
+    client, secret = api
+    params = [("tags", f"k{i}:{'v' * 200}") for i in range(32)]
+    params.append(("status", ",".join(["built", "pending", "running", "timeout"] * 8)))  # 32 values
+    params += [("create_time_from", "2000-01-01"), ("create_time_to", "2100-01-01")]
+    if path == "/builds":
+        params.append(("derivation_path", "/nix/store/" + "x" * 1000 + ".drv"))
+    response = client.get(path, params=params, headers=auth(secret))
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    "path", ["/builds/1%2Furl", "/builds/1%2furl", "/builds%2F1", "/b/x%2Flog", "/b/static/..%2Fweb.py", "/healthz%2F"]
+)
+def test_an_encoded_slash_in_a_path_is_never_routed(api, path):
+    client, secret = api
+    response = client.get(path, headers=auth(secret))
+    body = assert_problem(response, 404)
+    assert "%2F" in body["detail"]
+
+
+@pytest.mark.parametrize("path", ["/builds/007", "/builds/01/url", "/builds/+1", "/builds/1/url?ttl_seconds=060",
+                                  "/builds?limit=05"])
+def test_numbers_with_leading_zeros_or_signs_are_400(api, path):
+    client, secret = api
+    assert_problem(client.get(path, headers=auth(secret)), 400)
+
+
+def test_a_cursor_with_an_extra_element_is_400(api):
+    client, secret = api
+    extra = base64.urlsafe_b64encode(b"[1,2,3]").rstrip(b"=").decode()
+    body = assert_problem(client.get(f"/builds?cursor={extra}", headers=auth(secret)), 400)
+    assert body["invalid_params"][0]["name"] == "cursor"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -409,3 +410,76 @@ def test_garbage_cursor_is_rejected(text):
 def test_cursor_twice_is_rejected():
     text = Cursor(1, 1).encode()
     assert "cursor" in rejected(parse_list_query, [("cursor", text), ("cursor", text)], NOW_US)
+
+
+# --- canonical values and caps ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["007", "01", "00", "+5", "-0", " 5", "5 ", "1_000", "٣", "0x10", "1e3"])
+def test_integers_must_be_canonical_decimal(text):
+    assert "limit" in rejected(parse_list_query, [("limit", text)], NOW_US)
+    assert "ttl_seconds" in rejected(parse_ttl, [("ttl_seconds", text)])
+    with pytest.raises(InvalidParams):
+        parse_build_id(text)
+
+
+def test_canonical_integers_are_accepted():
+    assert parse_build_id("7") == 7 and parse_build_id(str(2**63 - 1)) == 2**63 - 1
+    assert parse_ttl([("ttl_seconds", "10")]) == 10
+
+
+def cursor_text(value) -> str:
+    return base64.urlsafe_b64encode(value if isinstance(value, bytes) else json_bytes(value)).rstrip(b"=").decode()
+
+
+def json_bytes(value) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        cursor_text([NOW_US, 5, 1]),  # an extra element
+        cursor_text([NOW_US, 5, "x", None]),
+        cursor_text(b"[%d, 5]" % NOW_US),  # the same numbers spelled otherwise
+        cursor_text(b" [%d,5]" % NOW_US),
+        cursor_text(b"[%d,5.0]" % NOW_US),
+        cursor_text(b"[%d,05]" % NOW_US),
+        Cursor(NOW_US, 5).encode() + "=",  # padding
+        Cursor(NOW_US, 5).encode() + "==",
+    ],
+)
+def test_non_canonical_cursor_is_rejected(text):
+    assert "cursor" in rejected(parse_list_query, [("cursor", text)], NOW_US)
+
+
+def test_cursor_last_character_respelled_is_rejected():
+    text = Cursor(NOW_US, 5).encode()
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    padded = len(text) % 4 != 0
+    assert padded  # the last character then carries unused bits
+    others = [text[:-1] + c for c in alphabet if c != text[-1]]
+    same = [t for t in others if base64.urlsafe_b64decode(t + "=" * (-len(t) % 4)) == base64.urlsafe_b64decode(
+        text + "=" * (-len(text) % 4))]
+    assert same
+    for variant in same:
+        assert "cursor" in rejected(parse_list_query, [("cursor", variant)], NOW_US)
+
+
+def test_tag_pairs_are_capped_with_one_reason_that_says_the_cap():
+    assert len(parse_list_query([("tags", ",".join(f"k{i}:v" for i in range(32)))], NOW_US).filter.tags) == 32
+    reasons = rejected(parse_list_query, [("tags", ",".join(f"k{i}:v" for i in range(33)))], NOW_US)["tags"]
+    assert reasons == ["33 tag pairs given; at most 32 per request"]
+    repeated = [("tags", f"k{i}:v") for i in range(40)]
+    assert "at most 32" in rejected(parse_summary_query, repeated, NOW_US)["tags"][0]
+
+
+def test_status_values_are_capped_with_one_reason_that_says_the_cap():
+    reasons = rejected(parse_list_query, [("status", ",".join(["nope"] * 5000))], NOW_US)["status"]
+    assert reasons == ["5000 status values given; at most 32 per request"]
+    assert parse_summary_query([("status", ",".join(ALL_STATUSES * 2))], NOW_US).statuses
+
+
+def test_reasons_quote_long_values_cut_short():
+    (reason,) = rejected(parse_list_query, [("limit", "9" * 5000)], NOW_US)["limit"]
+    assert len(reason) < 300 and "5000 characters" in reason
