@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import secrets
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from conftest import free_port
 
-from buildreport.cli import main
+from buildreport.cli import main, serve
 from buildreport.config import Settings, WeakKey, key_weakness, load_secret_keys, secret_path
 
 GOOD_KEY = secrets.token_urlsafe(32)
@@ -78,3 +79,18 @@ def test_demo_refuses_a_weak_key_before_creating_anything(tmp_path):
     db = tmp_path / "demo.db"
     refused("demo", "--db", str(db), "--port", str(free_port()), "--secret-key", "demo")
     assert not db.exists()
+
+
+def test_readme_documents_every_serve_limit_and_its_default():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## Security and limits", 1)[1].split("\n## ", 1)[0]
+    for option in serve.params:
+        name = option.opts[0]
+        if name in ("--db", "--host", "--port", "--public-url", "--workers", "--access-log", "--secret-key"):
+            continue
+        assert f"`{name}`" in section, name
+        envvar = option.envvar
+        assert envvar and f"`{envvar}`" in section, name
+        default = option.default
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        assert shown in section, (name, shown)
