@@ -10,6 +10,7 @@ large a head gets 431, too slow a client 408, and the connection is closed eithe
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import uvicorn
@@ -17,6 +18,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from buildreport.config import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES
 from buildreport.problems import problem_body
+
+log = logging.getLogger("buildreport.access")
 
 
 class ServeConfig(uvicorn.Config):
@@ -100,6 +103,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 self.transport.close()  # an idle connection: nothing was asked, nothing to answer
 
     def _refuse(self, status: int, reason: str, detail: str) -> None:
+        # The formatter escapes control characters; the address comes from the socket, not the request.
+        log.warning("%s refused before routing: %d %s", self.client[0] if self.client else "-", status, detail)
         self._stop_head_clock()
         self.transport.write(_refusal(status, reason, detail))
         self.transport.close()

@@ -442,7 +442,7 @@ def test_raw_log_tail_of_a_log_ending_with_a_newline(env):
 
 
 @pytest.mark.parametrize("query", ["tail=0", "tail=-1", "tail=abc", "tail=", "tail=100001", "tail=1e3", "tail=3&tail=4",
-                                   "tail=%203", "tail=99999999999999999999"])
+                                   "tail=%203", "tail=99999999999999999999", "tail=03", "tail=+3"])
 def test_bad_tail_is_400(env, query):
     env.load([record(1, log=LOG)])
     secret = env.token()
