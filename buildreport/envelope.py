@@ -93,12 +93,6 @@ class Envelope:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if b"%2f" in scope.get("raw_path", b"").partition(b"?")[0].lower():
-            # Routing sees the decoded path: `/builds/1%2Furl` would reach `/builds/1/url`. No path of this
-            # service contains an encoded slash, so such a path names nothing and is answered before routing.
-            await _refuse(send, 404, "No such resource: a path never contains a percent-encoded slash (%2F)")
-            self._log(scope, scope["method"], 404, 0.0)
-            return
         given = next((v for k, v in scope["headers"] if k == REQUEST_ID_HEADER), None)
         rid = given.decode() if given is not None and _REASONABLE_ID.fullmatch(given) else new_request_id()
         token = request_id.set(rid)
@@ -121,8 +115,11 @@ class Envelope:
                 message = {**message, "body": b""}
             await send(message)
 
+        # Routing sees the decoded path: `/builds/1%2Furl` would reach `/builds/1/url`. No path of this service
+        # contains an encoded slash, so such a path names nothing and is answered before routing.
+        encoded_slash = b"%2f" in scope.get("raw_path", b"").partition(b"?")[0].lower()
         try:
-            await self.app(scope, receive, send_with_id)
+            await (_encoded_slash if encoded_slash else self.app)(scope, receive, send_with_id)
         finally:
             self._log(scope, method, status, time.perf_counter() - started)
             request_id.reset(token)
@@ -140,13 +137,8 @@ class Envelope:
             )
 
 
-async def _refuse(send: Send, status: int, detail: str) -> None:
-    """A problem answered before routing, with a request id like every other answer."""
-    body = problem_body(status, detail)
-    headers = [
-        (b"content-type", b"application/problem+json"),
-        (b"content-length", str(len(body)).encode()),
-        (REQUEST_ID_HEADER, new_request_id().encode()),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+async def _encoded_slash(scope: Scope, receive: Receive, send: Send) -> None:
+    body = problem_body(404, "No such resource: a path never contains a percent-encoded slash (%2F)")
+    headers = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 404, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -718,6 +718,8 @@ def test_an_encoded_slash_in_a_path_is_never_routed(api, path):
     response = client.get(path, headers=auth(secret))
     body = assert_problem(response, 404)
     assert "%2F" in body["detail"]
+    assert response.headers["x-request-id"]
+    assert client.head(path, headers=auth(secret)).content == b""
 
 
 @pytest.mark.parametrize("path", ["/builds/007", "/builds/01/url", "/builds/+1", "/builds/1/url?ttl_seconds=060",
