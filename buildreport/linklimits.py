@@ -7,6 +7,7 @@ event loop busy enough to slow `/healthz` and the API. Beyond a limit the answer
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 from collections.abc import Iterator
@@ -14,6 +15,19 @@ from contextlib import contextmanager
 
 STREAM_RETRY_SECONDS = 10
 _MAX_TRACKED_CLIENTS = 100_000
+
+
+def client_key(address: str) -> str:
+    """Whom a limit counts: an IPv4 address, or the /64 network of an IPv6 one (one site holds a whole /64)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 class TooMany(Exception):

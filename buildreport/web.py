@@ -32,7 +32,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from buildreport import humanize
 from buildreport.errors import Problem, shown
 from buildreport.filters import CANONICAL_INT
-from buildreport.linklimits import LinkLimits, TooMany
+from buildreport.linklimits import LinkLimits, TooMany, client_key
 from buildreport.logtext import FULL_LOG_BYTES, LINE_BYTES, TAIL_LINES, inflate, render_log, tail_bytes, window
 from buildreport.models import DISCARDED, FAILED, SUCCESSFUL, Build, BuildStatus
 from buildreport.signing import LinkClaims, LinkSigner
@@ -193,7 +193,7 @@ class LinkLimitMiddleware(ASGIMiddleware):
         if opt.get("unlimited"):
             await next_app(scope, receive, send)
             return
-        client = str(scope["client"][0]) if scope.get("client") else "-"
+        client = client_key(str(scope["client"][0])) if scope.get("client") else "-"
         try:
             self.limits.count_request(client)
             if not opt.get("log_stream"):

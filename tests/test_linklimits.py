@@ -9,7 +9,7 @@ import httpx
 import pytest
 from conftest import auth, record
 
-from buildreport.linklimits import LinkLimits, TooMany
+from buildreport.linklimits import LinkLimits, TooMany, client_key
 
 
 def test_requests_per_client_are_counted_in_one_minute_windows():
@@ -21,6 +21,20 @@ def test_requests_per_client_are_counted_in_one_minute_windows():
     assert info.value.retry_after == 30 and "3 build pages or logs a minute" in info.value.message
     limits.count_request("10.0.0.2", now=630.5)  # another address has its own window
     limits.count_request("10.0.0.1", now=660.0)  # the next minute starts afresh
+
+
+@pytest.mark.parametrize(
+    ("address", "key"),
+    [
+        ("10.0.0.1", "10.0.0.1"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::/64"),
+        ("::ffff:10.0.0.1", "10.0.0.1"),
+        ("testclient", "testclient"),
+    ],
+)
+def test_an_ipv6_site_counts_as_one_client(address, key):
+    assert client_key(address) == key
 
 
 def test_a_zero_request_limit_turns_counting_off():
