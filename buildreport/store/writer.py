@@ -14,7 +14,15 @@ from datetime import UTC
 import msgspec
 
 from buildreport.models import Build, ImportRecord
-from buildreport.store.totals import DAILY, HOURLY, day_of, hour_of, recompute_days, recompute_totals
+from buildreport.store.totals import (
+    DAILY,
+    HOURLY,
+    day_of,
+    hour_of,
+    oversized_totals,
+    recompute_days,
+    recompute_totals,
+)
 from buildreport.times import to_us
 
 _BUILD_FIELD_COUNT = len(Build.__struct_fields__)
@@ -132,6 +140,7 @@ class BuildWriter:
         self._hours: set[tuple[int, int]] = set()
         self._days: set[tuple[int, int]] = set()
         self.stats = WriteStats()
+        self._last_location: dict[int, object] = {}
 
     def add(self, location: object, record: ImportRecord) -> None:
         self._batch.append((location, record))
@@ -149,6 +158,10 @@ class BuildWriter:
         recompute_totals(self._conn, HOURLY, self._hours)
         recompute_totals(self._conn, DAILY, self._hours)
         recompute_days(self._conn, self._days)
+        for account_id, location in self._last_location.items():
+            field = oversized_totals(self._conn, account_id)
+            if field is not None:
+                self._conflict(location, field, "the account's total would reach 2^62; sums over it could overflow")
 
     def _touch(self, account_id: int, create_us: int, stop_us: int | None) -> None:
         self._hours.add((account_id, hour_of(create_us)))
@@ -201,6 +214,7 @@ class BuildWriter:
             if build is None:
                 return None
         row = _Row.of(location, account_id, build, record.log)
+        self._last_location[account_id] = location
         if old is None:
             self.stats.created += 1
         elif old.body == row.body and (row.log is None or self._same_log(build.build_id, row.log)):
