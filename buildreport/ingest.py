@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import sqlite3
 import time
 import zlib
@@ -62,13 +63,17 @@ def open_lines(path: Path) -> io.BufferedIOBase:
     return gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw  # type: ignore[return-value]
 
 
+_WHERE = re.compile(r"(?P<reason>.*) - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`", re.DOTALL)
+
+
 def decode_error(exc: msgspec.MsgspecError) -> tuple[str, str]:
     """(field, reason) from a msgspec error such as "Expected `int`, got `str` - at `$.build_id`"."""
     message = str(exc)
-    if isinstance(exc, msgspec.ValidationError) and " - at `$" in message:
-        reason, _, where = message.rpartition(" - at `$")
-        field = where.rstrip("`").lstrip(".") or "(record)"
-        return field, reason[0].lower() + reason[1:]
+    match = _WHERE.fullmatch(message)
+    if isinstance(exc, msgspec.ValidationError) and match:
+        field = match["path"].lstrip(".") or "(record)"
+        reason = match["reason"][0].lower() + match["reason"][1:]
+        return field, ("a key: " + reason if match["key"] else reason)
     if isinstance(exc, msgspec.ValidationError):
         return "(record)", message[0].lower() + message[1:]
     return "(line)", "not valid JSON: " + message.removeprefix("JSON is malformed: ")
