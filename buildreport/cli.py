@@ -409,7 +409,7 @@ def sample(
     from buildreport.times import from_us, parse_moment
 
     try:
-        end_time = from_us(parse_moment(end)) if end else gen.SAMPLE_END
+        end_time = from_us(parse_moment(end)) if end is not None else gen.SAMPLE_END
     except (ValueError, OverflowError) as exc:
         raise click.BadParameter(printable(str(exc)), param_hint="--end") from exc
     span_days = days or gen.SAMPLE_DAYS
