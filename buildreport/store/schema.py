@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
+from buildreport.faults import describe_sqlite_error
+
 # "brep": marks a SQLite file as a buildreport database.
 APPLICATION_ID = 0x62726570
 
@@ -249,9 +251,9 @@ def _describe(path: Path, exc: sqlite3.Error) -> DatabaseError:
     message = str(exc)
     if "file is not a database" in message:
         return DatabaseError(f"{path} is not a buildreport database")
-    if "readonly" in message or "unable to open" in message:
+    if "unable to open" in message:
         return DatabaseError(f"cannot write to {path}: {message}")
-    return DatabaseError(f"{path}: {message}")
+    return DatabaseError(describe_sqlite_error(exc, str(path)))
 
 
 def _open_auth(path: Path, legacy: bool) -> None:
