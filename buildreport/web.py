@@ -199,6 +199,19 @@ async def _open_link(request: Request[Any, Any, Any], token: str) -> tuple[LinkC
     return claims, body
 
 
+def _stored_build(body: bytes, build_id: int) -> Build:
+    """A stored build; a 503 page for one that no longer fits the types (written by an older version)."""
+    try:
+        return _BUILD.decode(body)
+    except msgspec.MsgspecError as exc:
+        logger.error("build %d: stored record cannot be read: %s", build_id, exc)
+        raise LinkPage(503, {"title": "This build cannot be shown", "kind": "unreadable-build",
+                             "build_id": build_id}) from exc
+
+
+_BUILD = msgspec.json.Decoder(Build)
+
+
 def _reader(request: Request[Any, Any, Any]) -> Reader:
     return request.app.state.reader
 
@@ -211,14 +224,14 @@ async def _related(request: Request[Any, Any, Any], claims: LinkClaims, build_id
     url = signer.link_url(request.app.state.settings.base_url, LinkClaims(claims.account_id, build_id,
                                                                           claims.expires_us))
     body = await _reader(request).build(claims.account_id, build_id)
-    status = status_view(msgspec.json.decode(body, type=Build).build_status) if body is not None else None
+    status = status_view(_stored_build(body, build_id).build_status) if body is not None else None
     return RelatedBuild(build_id, url, status)
 
 
 @get("/{token:str}", include_in_schema=False)
 async def build_page(request: Request[Any, Any, Any], token: Token) -> Response[bytes]:
     claims, body = await _open_link(request, token)
-    build = msgspec.json.decode(body, type=Build)
+    build = _stored_build(body, claims.build_id)
     status = status_view(build.build_status)
     stored = await _reader(request).log(claims.account_id, claims.build_id)
     log, log_unreadable = None, False

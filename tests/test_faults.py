@@ -338,3 +338,20 @@ def test_a_missing_database_is_not_created_by_the_app(env):
     with pytest.raises(DatabaseError):
         create_app(env.settings())
     assert not env.db.exists()
+
+
+def test_a_stored_build_outside_todays_ranges_is_a_503_page_and_still_reimports(env):
+    env.load([record(1, tags={"a": "1"}), record(2, restart_of_build_id=3)])
+    conn = sqlite3.connect(env.db)  # as an older version, without the ranges, could have stored it
+    (body,) = conn.execute("SELECT body FROM builds WHERE build_id = 1").fetchone()
+    conn.execute("UPDATE builds SET body = ? WHERE build_id IN (1, 2)",
+                 (body.replace(b'"cpu_seconds":120', b'"cpu_seconds":4611686018427387904'),))
+    conn.commit()
+    conn.close()
+    secret = env.token()
+    with env.client() as client:
+        url = client.get("/builds/1/url", headers=auth(secret)).json()["url"].removeprefix("http://testserver.local")
+        response = client.get(url)
+        assert response.status_code == 503 and "cannot be shown" in response.text
+    env.load([record(1, tags={"b": "2"}), record(3)])  # re-import over it, and link build 2 to a new build
+    assert count(env.db, "build_tags") == 1

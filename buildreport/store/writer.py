@@ -10,6 +10,7 @@ import sqlite3
 import zlib
 from collections.abc import Callable, Sequence
 from datetime import UTC
+from typing import Any
 
 import msgspec
 
@@ -27,7 +28,8 @@ from buildreport.times import to_us
 
 _BUILD_FIELD_COUNT = len(Build.__struct_fields__)
 _ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(Build)
+# Stored JSON is read back as plain data: a row written before a range was narrowed still re-imports.
+_STORED = msgspec.json.Decoder(dict[str, Any])
 # SQLite allows 32766 variables a statement; a batch stays well below it.
 BATCH_SIZE = 2000
 
@@ -244,7 +246,7 @@ class BuildWriter:
         for row in rows:
             old = existing.get(row.build.build_id)
             if old is not None:
-                old_tags = _DECODER.decode(old.body).tags
+                old_tags = _STORED.decode(old.body).get("tags") or {}
                 stale += [(row.account_id, k, v, old.create_us, row.build.build_id) for k, v in old_tags.items()]
         self._conn.executemany(
             "DELETE FROM build_tags WHERE account_id = ? AND key = ? AND value = ? AND create_us = ? AND build_id = ?",
@@ -304,8 +306,9 @@ class BuildWriter:
 
     def _set_link(self, build_id: int, field: str, value: int) -> None:
         (body,) = self._conn.execute("SELECT body FROM builds WHERE build_id = ?", (build_id,)).fetchone()
-        build = msgspec.structs.replace(_DECODER.decode(body), **{field: value})
-        body = _ENCODER.encode(build)
+        stored = _STORED.decode(body)
+        stored[field] = value
+        body = _ENCODER.encode(stored)
         self._conn.execute(
             f"UPDATE builds SET {field} = ?, body = ?, body_hash = ? WHERE build_id = ?",
             (value, body, body_hash(body), build_id),
