@@ -307,7 +307,7 @@ def open_database(path: Path | str, *, create: bool = True) -> sqlite3.Connectio
     try:
         create_private(path)
     except OSError as exc:
-        raise DatabaseError(f"cannot create {path}: {exc.strerror}") from exc
+        raise DatabaseError(f"cannot write to {path}: {exc.strerror}") from exc
     try:
         conn = connect_existing(path)
         legacy = check_version(conn, path) == 1
