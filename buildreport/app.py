@@ -63,13 +63,18 @@ def _internal_problem(request: Request[Any, Any, Any], exc: Exception) -> Respon
 @get("/healthz", operation_id="health", summary="Health: 200 when the database answers", tags=["service"])
 async def healthz(request: Request[Any, Any, Any]) -> Response[bytes]:
     reader: Reader = request.app.state.reader
-    try:
-        await reader.ping()
-    except sqlite3.Error as exc:
+    problem = reader.file_problem()
+    if problem is None:
+        try:
+            await reader.ping()
+        except sqlite3.Error as exc:
+            problem = f"database unavailable: {exc}"
+    if problem is not None:
         return Response(
-            content=msgspec.json.encode(Health(status=f"database unavailable: {exc}")),
+            content=msgspec.json.encode(Health(status=problem)),
             status_code=503,
             media_type=MediaType.JSON,
+            headers={"Retry-After": "5", "Cache-Control": "no-store"},
         )
     return Response(content=msgspec.json.encode(Health(status="ok")), media_type=MediaType.JSON)
 
@@ -101,7 +106,9 @@ def _link_limits(settings: Settings) -> LinkLimits:
 
 
 def create_litestar(settings: Settings) -> Litestar:
-    open_database(settings.db).close()  # creates or migrates before any request
+    # Migrates before any request; the database must exist (`serve` and `demo` create it before workers start),
+    # so a worker never creates an empty database in place of one that was deleted.
+    open_database(settings.db, create=False).close()
     signer = LinkSigner(load_secret_keys(settings))
 
     @asynccontextmanager
@@ -140,6 +147,8 @@ def app_from_env() -> Envelope:
     """The factory uvicorn workers call; settings come from the environment `serve` prepared."""
     from buildreport.config import from_env
     from buildreport.envelope import configure_logging
+    from buildreport.lifeline import follow_parent_process
 
+    follow_parent_process()  # a worker never outlives the server that started it
     configure_logging()
     return create_app(from_env())

@@ -6,24 +6,55 @@ import contextlib
 import os
 import re
 import socket
+import sqlite3
 import sys
 import tempfile
 import time
+import unicodedata
 from pathlib import Path
 
 import click
 
 from buildreport import __version__, config
 from buildreport.config import DEFAULT_RATE_LIMIT, Settings, default_db
-from buildreport.store.schema import DatabaseError, open_database
+from buildreport.faults import describe_sqlite_error, printable
+from buildreport.store.schema import DatabaseError, open_auth, open_database
 from buildreport.times import US_PER_SECOND, format_us, now_us
 
-DURATION = re.compile(r"(\d+)([smhd])")
+DURATION = re.compile(r"([0-9]{1,12})([smhd])")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_TOKEN_DAYS = 36_500  # a hundred years: any expiry stays far inside the times the service can show
+MAX_LABEL_LENGTH = 200
+MAX_RATE_LIMIT = 10**9
+MAX_SAMPLE_BUILDS = 100_000_000
+MAX_SAMPLE_DAYS = 36_500
+ACCOUNT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+_opened_db: list[str] = []  # the database a command opened, named in messages about faults
 
 
 def _err(message: str) -> None:
     click.echo(message, err=True)
+
+
+class _Main(click.Group):
+    """Every fault a command meets ends in one clear line and a non-zero exit, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort, click.ClickException):
+            raise
+        except DatabaseError as exc:
+            raise click.ClickException(printable(str(exc))) from exc
+        except sqlite3.Error as exc:
+            raise click.ClickException(describe_sqlite_error(exc, _opened_db[-1] if _opened_db else None)) from exc
+        except OSError as exc:
+            name = f"{printable(str(exc.filename))}: " if exc.filename else ""
+            raise click.ClickException(f"{name}{exc.strerror or printable(str(exc))}") from exc
+        except MemoryError as exc:
+            raise click.ClickException("out of memory") from exc
+        except Exception as exc:
+            raise click.ClickException(f"unexpected error: {type(exc).__name__}: {printable(str(exc))}") from exc
 
 
 def db_option(func):  # type: ignore[no-untyped-def]
@@ -36,13 +67,37 @@ def db_option(func):  # type: ignore[no-untyped-def]
 
 
 def _open(db: str, *, create: bool = True):  # type: ignore[no-untyped-def]
+    _opened_db.append(db)
     try:
         return open_database(db, create=create)
     except DatabaseError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(printable(str(exc))) from exc
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _open_tokens(db: str):  # type: ignore[no-untyped-def]
+    """The tokens file of a database, checked and migrated: never waits for an import of builds."""
+    _open(db).close()
+    try:
+        return open_auth(db)
+    except DatabaseError as exc:
+        raise click.ClickException(printable(str(exc))) from exc
+
+
+def _check_host(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not value or len(value) > 253 or not re.fullmatch(r"[A-Za-z0-9.:_%-]+", value):
+        raise click.BadParameter(f"{printable(value)!r} is not a host name or IP address")
+    return value
+
+
+def _check_public_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if len(value) > 2000 or not re.fullmatch(r"https?://[\x21-\x7e]+", value):
+        raise click.BadParameter(f"{printable(value)!r} is not an http(s):// address of at most 2000 characters")
+    return value
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="buildreport")
 def main() -> None:
     """buildreport: reports on remote Nix builds over a read-only JSON API."""
@@ -53,13 +108,16 @@ def main() -> None:
 
 def _serve_options(func):  # type: ignore[no-untyped-def]
     options = [
-        click.option("--host", default="127.0.0.1", show_default=True, envvar="BUILDREPORT_HOST"),
+        click.option(
+            "--host", default="127.0.0.1", show_default=True, envvar="BUILDREPORT_HOST", callback=_check_host
+        ),
         click.option(
             "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), envvar="BUILDREPORT_PORT"
         ),
         click.option(
             "--public-url",
             envvar="BUILDREPORT_PUBLIC_URL",
+            callback=_check_public_url,
             help="Address users reach the service at (behind a proxy too); signed links start with it.",
         ),
         click.option(
@@ -73,7 +131,7 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             "--rate-limit",
             default=DEFAULT_RATE_LIMIT,
             show_default=True,
-            type=click.IntRange(0),
+            type=click.IntRange(0, MAX_RATE_LIMIT),
             envvar="BUILDREPORT_RATE_LIMIT",
             help="Requests a minute per token and worker process; 0 turns limiting off.",
         ),
@@ -255,8 +313,28 @@ def _import_with_progress(conn, files: list[Path], transform=None):  # type: ign
 def _duration_seconds(text: str) -> int:
     match = DURATION.fullmatch(text.strip())
     if not match or int(match[1]) == 0:
-        raise click.BadParameter(f"{text!r} is not a duration such as 30d, 12h, 90m or 3600s")
-    return int(match[1]) * UNIT_SECONDS[match[2]]
+        raise click.BadParameter(
+            f"{printable(text)!r} is not a duration such as 30d, 12h, 90m or 3600s", param_hint="--expires-in"
+        )
+    seconds = int(match[1]) * UNIT_SECONDS[match[2]]
+    if seconds > MAX_TOKEN_DAYS * UNIT_SECONDS["d"]:
+        raise click.BadParameter(
+            f"{printable(text)!r} is too long; at most {MAX_TOKEN_DAYS}d (a hundred years)", param_hint="--expires-in"
+        )
+    return seconds
+
+
+def _check_label(label: str) -> str:
+    if len(label) > MAX_LABEL_LENGTH:
+        raise click.BadParameter(f"at most {MAX_LABEL_LENGTH} characters", param_hint="--label")
+    bad = [c for c in label if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")]
+    if bad:
+        shown = printable(bad[0]) if not bad[0].isprintable() else f"U+{ord(bad[0]):04X}"
+        raise click.BadParameter(
+            f"contains a control or invisible character ({shown}); a label is one line of plain text",
+            param_hint="--label",
+        )
+    return label
 
 
 @main.group()
@@ -272,25 +350,25 @@ def token() -> None:
 @click.option("--label", default="", help="What the token is for.")
 def token_create(db: str, account: str, scopes: tuple[str, ...], expires_in: str, label: str) -> None:
     """Create a token; its secret is printed once, alone on standard output."""
-    from buildreport.store.admin import ensure_account, insert_token
+    from buildreport.store.admin import insert_token
     from buildreport.tokens import SCOPES, new_token
 
     for scope in scopes:
         if scope not in SCOPES:
-            raise click.BadParameter(f"{scope!r}; known scopes: {', '.join(SCOPES)}", param_hint="--scope")
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,62}", account):
+            raise click.BadParameter(f"{printable(scope)!r}; known scopes: {', '.join(SCOPES)}", param_hint="--scope")
+    if not ACCOUNT_NAME.fullmatch(account):
         raise click.BadParameter("lowercase letters, digits, '_', '.', '-'; at most 63", param_hint="--account")
     lifetime = _duration_seconds(expires_in)
-    conn = _open(db)
+    label = _check_label(label)
+    conn = _open_tokens(db)
     with conn:
         now = now_us()
         conn.execute("BEGIN IMMEDIATE")
-        account_id = ensure_account(conn, account, now)
         token_id, secret, token_digest = new_token()
         insert_token(
             conn,
             token_id=token_id,
-            account_id=account_id,
+            account=account,
             digest=token_digest,
             scopes=tuple(dict.fromkeys(scopes)),
             label=label,
@@ -303,7 +381,12 @@ def token_create(db: str, account: str, scopes: tuple[str, ...], expires_in: str
 
 
 def _when(us: int | None) -> str:
-    return format_us(us)[:19].replace("T", " ") if us is not None else "-"
+    if us is None:
+        return "-"
+    try:
+        return format_us(us)[:19].replace("T", " ")
+    except OverflowError:  # a row written by an older version, out of the range of dates
+        return str(us)
 
 
 @token.command("list")
@@ -312,16 +395,16 @@ def token_list(db: str) -> None:
     """List tokens (never their secrets)."""
     from buildreport.store.admin import list_tokens
 
-    conn = _open(db)
+    conn = _open_tokens(db)
     rows = list_tokens(conn)
     conn.close()
     header = ("ID", "ACCOUNT", "SCOPES", "LABEL", "CREATED", "EXPIRES", "LAST USED", "REVOKED")
     table = [header] + [
         (
-            t.token_id,
-            t.account,
-            ",".join(t.scopes.split()),
-            t.label or "-",
+            printable(t.token_id),
+            printable(t.account),
+            printable(",".join(t.scopes.split())),
+            printable(t.label) or "-",
             _when(t.created_us),
             _when(t.expires_us),
             _when(t.last_used_us),
@@ -341,12 +424,12 @@ def token_revoke(db: str, token_id: str) -> None:
     """Revoke a token at once."""
     from buildreport.store.admin import revoke_token
 
-    conn = _open(db)
+    conn = _open_tokens(db)
     with conn:
         found = revoke_token(conn, token_id, now_us())
     conn.close()
     if not found:
-        raise click.ClickException(f"no token {token_id}; `buildreport token list` shows them")
+        raise click.ClickException(f"no token {printable(token_id)}; `buildreport token list` shows them")
     _err(f"revoked {token_id}")
 
 
@@ -361,10 +444,14 @@ def token_revoke(db: str, token_id: str) -> None:
     required=True,
     help="JSON Lines file to write; gzip-compressed when it ends in .gz.",
 )
-@click.option("--builds", type=click.IntRange(1), default=None, help="Number of builds [default: the sample's].")
-@click.option("--days", type=click.IntRange(1), default=None, help="Days the builds span [default: the sample's].")
+@click.option(
+    "--builds", type=click.IntRange(1, MAX_SAMPLE_BUILDS), default=None, help="Builds [default: the sample's]."
+)
+@click.option(
+    "--days", type=click.IntRange(1, MAX_SAMPLE_DAYS), default=None, help="Days they span [default: the sample's]."
+)
 @click.option("--accounts", default=None, help="Comma-separated account names [default: the sample's].")
-@click.option("--seed", type=int, default=None, help="Random seed [default: the sample's].")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None, help="Random seed [default: the sample's].")
 @click.option("--end", default=None, help="UTC date or time the newest build precedes [default: the sample's].")
 @click.option(
     "--log-share", type=click.FloatRange(0, 1), default=1.0, show_default=True, help="Share of builds that carry a log."
@@ -383,10 +470,22 @@ def sample(
     from buildreport.times import from_us, parse_moment
 
     try:
-        end_time = from_us(parse_moment(end)) if end else gen.SAMPLE_END
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--end") from exc
+        end_time = from_us(parse_moment(end)) if end is not None else gen.SAMPLE_END
+    except (ValueError, OverflowError) as exc:
+        raise click.BadParameter(printable(str(exc)), param_hint="--end") from exc
+    span_days = days or gen.SAMPLE_DAYS
+    if not 1971 + span_days // 365 <= end_time.year <= 9998:
+        raise click.BadParameter(
+            f"{printable(end or '')!r}: the builds must fall between 1970 and 9999 (--days {span_days} before it)",
+            param_hint="--end",
+        )
     names = [a.strip() for a in accounts.split(",") if a.strip()] if accounts else list(gen.SAMPLE_ACCOUNTS)
+    bad = [name for name in names if not ACCOUNT_NAME.fullmatch(name)]
+    if bad or not names:
+        raise click.BadParameter(
+            f"{printable(bad[0]) if bad else ''!r}: account names are lowercase letters, digits, '_', '.', '-'",
+            param_hint="--accounts",
+        )
     started = time.perf_counter()
     count = gen.write_jsonl(
         gen.generate(
@@ -423,7 +522,7 @@ def demo(db: str | None, **kwargs: object) -> None:
     if db is None:
         db = str(Path(tempfile.mkdtemp(prefix="buildreport-demo-")) / "demo.db")
     elif Path(db).exists():
-        raise click.ClickException(f"{db} exists; the demo starts from a fresh database (choose another --db)")
+        raise click.ClickException(f"{printable(db)} exists; the demo starts from a new database (choose another --db)")
     settings = _settings(db, **kwargs)
     _check_port(settings.host, settings.port)
     _check_signing_keys(settings)

@@ -12,7 +12,8 @@ from buildreport.config import Settings, load_secret_keys
 from buildreport.ingest import import_files, open_lines
 from buildreport.models import ImportRecord
 from buildreport.signing import LinkClaims, LinkSigner
-from buildreport.store.admin import ensure_account, insert_token
+from buildreport.store.admin import insert_token
+from buildreport.store.schema import open_auth
 from buildreport.times import US_PER_DAY, US_PER_SECOND, to_us
 from buildreport.tokens import new_token
 
@@ -45,15 +46,15 @@ def prepare_demo(conn: sqlite3.Connection, settings: Settings, sample: Path, now
     base = settings.base_url
     lines = [f"buildreport demo: {result.records} sample builds in {settings.db}", ""]
     first_secret = ""
-    with conn:
-        conn.execute("BEGIN IMMEDIATE")
+    auth = open_auth(settings.db)
+    with auth:
+        auth.execute("BEGIN IMMEDIATE")
         for name in accounts:
-            account_id = ensure_account(conn, name, now_us)
             token_id, secret, digest = new_token()
             insert_token(
-                conn,
+                auth,
                 token_id=token_id,
-                account_id=account_id,
+                account=name,
                 digest=digest,
                 scopes=("build:read",),
                 label="demo",
@@ -62,6 +63,7 @@ def prepare_demo(conn: sqlite3.Connection, settings: Settings, sample: Path, now
             )
             first_secret = first_secret or secret
             lines.append(f"token for account {name}: {secret}")
+    auth.close()
     lines += [
         "",
         "Try:",

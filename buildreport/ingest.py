@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import sqlite3
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,9 +16,11 @@ import msgspec
 
 from buildreport.models import UNFINISHED, ImportRecord
 from buildreport.store.writer import BuildWriter, WriteStats
+from buildreport.times import US_PER_SECOND, to_us
 
 _DECODER = msgspec.json.Decoder(ImportRecord)
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+EARLIEST_US = 0
+LATEST_US = to_us(datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
 MAX_REPORTED_ERRORS = 1000
 IMPORT_CACHE_KIB = 1024 * 1024
 
@@ -59,13 +63,17 @@ def open_lines(path: Path) -> io.BufferedIOBase:
     return gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw  # type: ignore[return-value]
 
 
+_WHERE = re.compile(r"(?P<reason>.*) - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`", re.DOTALL)
+
+
 def decode_error(exc: msgspec.MsgspecError) -> tuple[str, str]:
     """(field, reason) from a msgspec error such as "Expected `int`, got `str` - at `$.build_id`"."""
     message = str(exc)
-    if isinstance(exc, msgspec.ValidationError) and " - at `$" in message:
-        reason, _, where = message.rpartition(" - at `$")
-        field = where.rstrip("`").lstrip(".") or "(record)"
-        return field, reason[0].lower() + reason[1:]
+    match = _WHERE.fullmatch(message)
+    if isinstance(exc, msgspec.ValidationError) and match:
+        field = match["path"].lstrip(".") or "(record)"
+        reason = match["reason"][0].lower() + match["reason"][1:]
+        return field, ("a key: " + reason if match["key"] else reason)
     if isinstance(exc, msgspec.ValidationError):
         return "(record)", message[0].lower() + message[1:]
     return "(line)", "not valid JSON: " + message.removeprefix("JSON is malformed: ")
@@ -74,40 +82,62 @@ def decode_error(exc: msgspec.MsgspecError) -> tuple[str, str]:
 def check_record(record: ImportRecord) -> tuple[str, str] | None:
     """Rules across fields that the types alone do not express."""
     for name in ("create_time", "start_time"):
-        if getattr(record, name) < EARLIEST:
-            return name, "must not be before 1970-01-01T00:00:00Z"
+        if not EARLIEST_US <= to_us(getattr(record, name)) <= LATEST_US:
+            return name, "must be from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (in UTC)"
     if record.build_status in UNFINISHED:
         if record.duration_seconds is not None:
             return "duration_seconds", f"must be null while the build is {record.build_status.value}"
     elif record.duration_seconds is None:
         return "duration_seconds", f"is required for a finished build ({record.build_status.value})"
+    elif to_us(record.start_time) + round(record.duration_seconds * US_PER_SECOND) > LATEST_US:
+        return "duration_seconds", "start_time plus duration_seconds must not pass 9999-12-31T23:59:59.999999Z"
     if record.restart_of_build_id is not None and record.restart_of_build_id == record.restarted_as_build_id:
         return "restarted_as_build_id", "cannot equal restart_of_build_id"
     return None
 
 
+def decode_line(line: bytes) -> ImportRecord | tuple[str, str]:
+    """A record, or (field, reason) for a line that is not one."""
+    try:
+        return _DECODER.decode(line)
+    except msgspec.MsgspecError as exc:
+        return decode_error(exc)
+    except UnicodeDecodeError as exc:  # msgspec checks UTF-8 inside strings with Python's codec
+        return "(line)", f"not valid UTF-8 (byte {exc.start} of a string: {exc.reason})"
+
+
 def read_records(paths: list[Path], errors: list[RecordError]) -> Iterator[tuple[Location, ImportRecord]]:
-    """Valid records of every file, in order; bad ones are appended to `errors`."""
+    """Valid records of every file, in order; bad ones, and a file that cannot be read, are appended to `errors`."""
     first_seen: dict[int, Location] = {}
     for path in paths:
-        with open_lines(path) as lines:
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                location = Location(str(path), number)
-                try:
-                    record = _DECODER.decode(line)
-                except msgspec.MsgspecError as exc:
-                    errors.append(RecordError(location, *decode_error(exc)))
-                    continue
-                problem = check_record(record)
-                if problem is None and record.build_id in first_seen:
-                    problem = ("build_id", f"{record.build_id} appears again (first at {first_seen[record.build_id]})")
-                if problem is not None:
-                    errors.append(RecordError(location, *problem))
-                    continue
-                first_seen[record.build_id] = location
-                yield location, record
+        number = 0
+        try:
+            with open_lines(path) as lines:
+                for number, line in enumerate(lines, start=1):
+                    if not line.strip():
+                        continue
+                    location = Location(str(path), number)
+                    record = decode_line(line)
+                    if isinstance(record, tuple):
+                        errors.append(RecordError(location, *record))
+                        continue
+                    problem = check_record(record)
+                    if problem is None and record.build_id in first_seen:
+                        first = first_seen[record.build_id]
+                        problem = ("build_id", f"{record.build_id} appears again (first at {first})")
+                    if problem is not None:
+                        errors.append(RecordError(location, *problem))
+                        continue
+                    first_seen[record.build_id] = location
+                    yield location, record
+        except (OSError, EOFError, zlib.error) as exc:  # unreadable, or a truncated or corrupt .gz
+            errors.append(RecordError(Location(str(path), number + 1), "(file)", _read_error(exc)))
+
+
+def _read_error(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot be read: {exc.strerror}"
+    return f"cannot be read: {exc or type(exc).__name__}"
 
 
 def import_files(

@@ -26,9 +26,9 @@ EXCERPT_LINES = 10  # the end of the log, at the top of the page of a build that
 INFLATE_IN = 64 * 1024  # compressed bytes fed at a time
 INFLATE_OUT = 256 * 1024  # most inflated bytes produced at a time
 
-def inflate(blob: bytes) -> Iterator[bytes]:
+def inflate(blob: bytes, inflater: zlib._Decompress | None = None) -> Iterator[bytes]:
     """The inflated bytes of a zlib blob, at most INFLATE_OUT at a time."""
-    inflater = zlib.decompressobj()
+    inflater = inflater or zlib.decompressobj()
     view = memoryview(blob)
     for start in range(0, len(view), INFLATE_IN):
         data: bytes | memoryview = view[start : start + INFLATE_IN]
@@ -40,6 +40,15 @@ def inflate(blob: bytes) -> Iterator[bytes]:
     rest = inflater.flush()
     if rest:
         yield rest
+
+
+def check_inflates(blob: bytes) -> None:
+    """Raise zlib.error unless the blob inflates whole and its checksum holds (the text is discarded)."""
+    inflater = zlib.decompressobj()
+    for _ in inflate(blob, inflater):
+        pass
+    if not inflater.eof:
+        raise zlib.error("the compressed log ends early")
 
 
 class LineWindow:

@@ -13,12 +13,64 @@ from typing import Annotated, Any, get_args, get_type_hints
 import msgspec
 
 BuildId = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1, description="Positive 64-bit build identifier.")]
-NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
-NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
-UtcDatetime = Annotated[datetime, msgspec.Meta(tz=True, description="RFC 3339 time with an offset; returned in UTC.")]
+UtcDatetime = Annotated[
+    datetime,
+    msgspec.Meta(tz=True, description="RFC 3339 time with an offset, 1970-01-01 to 9999-12-31 UTC; returned in UTC."),
+]
 AccountName = Annotated[
     str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$", description="Short account name, e.g. `acme`.")
 ]
+
+# Value ranges of a stored build. Every value that is summed (CPU seconds, durations in microseconds, NAR sizes)
+# is at most 2^50 per build, so a sum reaches 2^63 only after 2^13 builds at the top of the range; the import
+# also keeps each account's totals below 2^62 (ingest.check_totals), so no sum over any set of builds can
+# overflow SQLite's 64-bit integers. Floats are finite (JSON has no NaN or Infinity, and every float is bounded).
+MAX_CPU_SECONDS = 2**40  # 34,000 CPU-years in one build
+MAX_DURATION_SECONDS = 10 * 31_557_600  # ten years, queued or running
+MAX_CPU_COUNT = 2**16
+MAX_MEGABYTES = 2**30  # 1 PiB of memory
+MAX_KILOBYTES = 2**40  # 1 PiB of memory or storage
+MAX_NAR_SIZE_BYTES = 2**44  # 16 TiB an output
+MAX_CPU_UTILIZATION = 2**16.0  # a share of the allocated CPUs; above 1 when a build outgrows its allocation
+MAX_OUTPUTS = 64
+MAX_TAGS = 64
+MAX_PATH_LENGTH = 4096
+MAX_NAME_LENGTH = 256
+MAX_MESSAGE_LENGTH = 4096
+MAX_TAG_KEY_LENGTH = 128
+MAX_TAG_VALUE_LENGTH = 1024
+MAX_LOG_CHARACTERS = 2**27  # 128 Mi characters
+
+
+def _bounded_int(low: int, high: int, description: str) -> Any:
+    return Annotated[int, msgspec.Meta(ge=low, le=high, description=description)]
+
+
+def _bounded_str(high: int, description: str, low: int = 0) -> Any:
+    return Annotated[str, msgspec.Meta(min_length=low, max_length=high, description=description)]
+
+
+Seconds = Annotated[
+    float, msgspec.Meta(ge=0, le=MAX_DURATION_SECONDS, description=f"Seconds, 0 to {MAX_DURATION_SECONDS} (ten years).")
+]
+TagKey = _bounded_str(MAX_TAG_KEY_LENGTH, "Tag name (after `SERVICE_TAG_`).", low=1)
+TagValue = _bounded_str(MAX_TAG_VALUE_LENGTH, "Tag value.")
+Tags = Annotated[dict[TagKey, TagValue], msgspec.Meta(max_length=MAX_TAGS, description=f"At most {MAX_TAGS} tags.")]
+OutputName = _bounded_str(MAX_NAME_LENGTH, "Output name, e.g. `out`.", low=1)
+StorePath = _bounded_str(MAX_PATH_LENGTH, "A Nix store path.", low=1)
+NarHash = _bounded_str(MAX_NAME_LENGTH, "Hash of the NAR serialisation.")
+NarSize = _bounded_int(0, MAX_NAR_SIZE_BYTES, "Size of the NAR serialisation, up to 16 TiB.")
+StatusMessage = _bounded_str(MAX_MESSAGE_LENGTH, "Why the build ended as it did.")
+CpuCount = _bounded_int(1, MAX_CPU_COUNT, "CPUs allocated.")
+Megabytes = _bounded_int(0, MAX_MEGABYTES, "Memory allocated, up to 1 PiB.")
+CpuSeconds = _bounded_int(0, MAX_CPU_SECONDS, "CPU time used, up to 2^40 seconds.")
+Utilization = Annotated[
+    float, msgspec.Meta(ge=0, le=MAX_CPU_UTILIZATION, description="Average share of the allocated CPUs used.")
+]
+Kilobytes = _bounded_int(0, MAX_KILOBYTES, "Up to 1 PiB.")
+SystemName = _bounded_str(MAX_NAME_LENGTH, "Nix system, e.g. `x86_64-linux`.", low=1)
+Outputs = Annotated[list["BuildOutput"], msgspec.Meta(max_length=MAX_OUTPUTS, description=f"At most {MAX_OUTPUTS}.")]
+LogText = Annotated[str, msgspec.Meta(max_length=MAX_LOG_CHARACTERS, description="The build log.")]
 
 
 class BuildStatus(enum.StrEnum):
@@ -57,10 +109,10 @@ BILLABLE = SUCCESSFUL | FAILED
 class BuildOutput(msgspec.Struct, forbid_unknown_fields=True):
     """One store path a build produced."""
 
-    name: str
-    path: str
-    nar_hash: str
-    nar_size_bytes: NonNegativeInt
+    name: OutputName
+    path: StorePath
+    nar_hash: NarHash
+    nar_size_bytes: NarSize
 
 
 class Build(msgspec.Struct, forbid_unknown_fields=True):
@@ -69,20 +121,20 @@ class Build(msgspec.Struct, forbid_unknown_fields=True):
     build_id: BuildId
     create_time: UtcDatetime
     start_time: UtcDatetime
-    queue_time_seconds: NonNegativeFloat
-    duration_seconds: NonNegativeFloat | None
+    queue_time_seconds: Seconds
+    duration_seconds: Seconds | None
     build_status: BuildStatus
-    status_message: str | None
-    cpu_count: Annotated[int, msgspec.Meta(ge=1)]
-    allocated_megabytes: NonNegativeInt
-    cpu_seconds: NonNegativeInt
-    average_cpu_utilization: NonNegativeFloat | None
-    peak_memory_use_kilobytes: NonNegativeInt | None
-    peak_storage_use_kilobytes: NonNegativeInt | None
-    derivation_path: Annotated[str, msgspec.Meta(min_length=1)]
-    outputs: list[BuildOutput]
-    system: Annotated[str, msgspec.Meta(min_length=1)]
-    tags: dict[str, str]
+    status_message: StatusMessage | None
+    cpu_count: CpuCount
+    allocated_megabytes: Megabytes
+    cpu_seconds: CpuSeconds
+    average_cpu_utilization: Utilization | None
+    peak_memory_use_kilobytes: Kilobytes | None
+    peak_storage_use_kilobytes: Kilobytes | None
+    derivation_path: StorePath
+    outputs: Outputs
+    system: SystemName
+    tags: Tags
     restart_of_build_id: BuildId | None
     restarted_as_build_id: BuildId | None
 
@@ -135,7 +187,7 @@ def _import_fields() -> list[tuple[str, Any, Any]]:
             fields.append((name, kind, None))
         else:
             fields.append((name, kind, msgspec.NODEFAULT))
-    return [*fields, ("account", AccountName, msgspec.NODEFAULT), ("log", str | None, None)]
+    return [*fields, ("account", AccountName, msgspec.NODEFAULT), ("log", LogText | None, None)]
 
 
 # One line of an import file: a Build, its account and, optionally, its log.

@@ -13,6 +13,8 @@ lines (`LineWindow`), so neither holds the whole text.
 from __future__ import annotations
 
 import hashlib
+import logging
+import zlib
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,7 +35,16 @@ from buildreport import humanize
 from buildreport.errors import Problem, shown
 from buildreport.filters import CANONICAL_INT
 from buildreport.linklimits import LinkLimits, TooMany, client_key
-from buildreport.logtext import FULL_LOG_BYTES, LINE_BYTES, TAIL_LINES, inflate, render_log, tail_bytes, window
+from buildreport.logtext import (
+    FULL_LOG_BYTES,
+    LINE_BYTES,
+    TAIL_LINES,
+    check_inflates,
+    inflate,
+    render_log,
+    tail_bytes,
+    window,
+)
 from buildreport.models import DISCARDED, FAILED, SUCCESSFUL, Build, BuildStatus
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
@@ -53,6 +64,7 @@ PAGE_HEADERS = {
 HTML = "text/html"  # Litestar adds "; charset=utf-8" to text types
 TEXT = "text/plain"
 
+logger = logging.getLogger("buildreport.web")
 MAX_TAIL = 100_000
 RAW_TAIL_LINK = 1_000  # the "last lines" link on the page
 
@@ -224,6 +236,19 @@ async def _open_link(request: Request[Any, Any, Any], token: str) -> tuple[LinkC
     return claims, body
 
 
+def _stored_build(body: bytes, build_id: int) -> Build:
+    """A stored build; a 503 page for one that no longer fits the types (written by an older version)."""
+    try:
+        return _BUILD.decode(body)
+    except msgspec.MsgspecError as exc:
+        logger.error("build %d: stored record cannot be read: %s", build_id, exc)
+        raise LinkPage(503, {"title": "This build cannot be shown", "kind": "unreadable-build",
+                             "build_id": build_id}) from exc
+
+
+_BUILD = msgspec.json.Decoder(Build)
+
+
 def _reader(request: Request[Any, Any, Any]) -> Reader:
     return request.app.state.reader
 
@@ -236,17 +261,23 @@ async def _related(request: Request[Any, Any, Any], claims: LinkClaims, build_id
     url = signer.link_url(request.app.state.settings.base_url, LinkClaims(claims.account_id, build_id,
                                                                           claims.expires_us))
     body = await _reader(request).build(claims.account_id, build_id)
-    status = status_view(msgspec.json.decode(body, type=Build).build_status) if body is not None else None
+    status = status_view(_stored_build(body, build_id).build_status) if body is not None else None
     return RelatedBuild(build_id, url, status)
 
 
 @get("/{token:str}", include_in_schema=False)
 async def build_page(request: Request[Any, Any, Any], token: Token) -> Response[bytes]:
     claims, body = await _open_link(request, token)
-    build = msgspec.json.decode(body, type=Build)
+    build = _stored_build(body, claims.build_id)
     status = status_view(build.build_status)
     stored = await _reader(request).log(claims.account_id, claims.build_id)
-    log = await anyio.to_thread.run_sync(render_log, stored[1], stored[0]) if stored is not None else None
+    log, log_unreadable = None, False
+    if stored is not None:
+        try:
+            log = await anyio.to_thread.run_sync(render_log, stored[1], stored[0])
+        except zlib.error as exc:  # a damaged stored log: the page shows every other field and says so
+            logger.error("build %d: stored log cannot be inflated: %s", claims.build_id, exc)
+            log_unreadable = True
     finished = (
         build.start_time + timedelta(seconds=build.duration_seconds) if build.duration_seconds is not None else None
     )
@@ -262,6 +293,7 @@ async def build_page(request: Request[Any, Any, Any], token: Token) -> Response[
         restart_of=await _related(request, claims, build.restart_of_build_id),
         restarted_as=await _related(request, claims, build.restarted_as_build_id),
         log=log,
+        log_unreadable=log_unreadable,
         raw_url=raw,
         tail_url=f"{raw}?tail={RAW_TAIL_LINK}",
         tail_lines=RAW_TAIL_LINK,
@@ -295,13 +327,21 @@ async def raw_log(request: Request[Any, Any, Any], token: Token) -> Stream:
     if stored is None:
         raise LinkPage(404, {"title": "No log", "kind": "no-log", "build_id": claims.build_id})
     blob = stored[1]
-    if tail is None:
-        pieces: Iterable[bytes] = inflate(blob)
-        filename = f"build-{claims.build_id}.log"
-    else:
-        lines = await anyio.to_thread.run_sync(window, inflate(blob), tail)
-        pieces = tail_bytes(lines)
-        filename = f"build-{claims.build_id}-tail-{tail}.log"
+    try:
+        if tail is None:
+            # The whole log is inflated once, its text thrown away, before the first byte is sent: a damaged
+            # log is a 503 page, never a body cut off part-way.
+            await anyio.to_thread.run_sync(check_inflates, blob)
+            pieces: Iterable[bytes] = inflate(blob)
+            filename = f"build-{claims.build_id}.log"
+        else:
+            lines = await anyio.to_thread.run_sync(window, inflate(blob), tail)
+            pieces = tail_bytes(lines)
+            filename = f"build-{claims.build_id}-tail-{tail}.log"
+    except zlib.error as exc:
+        logger.error("build %d: stored log cannot be inflated: %s", claims.build_id, exc)
+        raise LinkPage(503, {"title": "The log cannot be read", "kind": "unreadable-log",
+                             "build_id": claims.build_id}) from exc
 
     async def body() -> AsyncIterator[bytes]:
         for piece in pieces:

@@ -513,3 +513,51 @@ def test_schema_newer_than_executable(tmp_path: Path) -> None:
     assert_clear_error(result, "schema version 999", "newer than this buildreport understands")
     result = run(tmp_path, "token", "list", "--db", str(db), timeout=ERROR_TIMEOUT)
     assert_clear_error(result, "schema version 999")
+
+
+# --- kill -9 of the bootloader -------------------------------------------------------------------------
+
+
+def test_kill_9_of_the_bootloader_ends_the_server_and_its_workers(tmp_path: Path, servers: list[Server]) -> None:
+    db = tmp_path / "killed.db"
+    ok(tmp_path, "import", "--db", str(db), str(write_jsonl(tmp_path / "three.jsonl", three_records())))
+    server = start(servers, tmp_path, "serve", "--db", str(db), "--workers", "2")
+    deadline = time.monotonic() + START_TIMEOUT
+    while len(pids := server.descendants()) < 3 and time.monotonic() < deadline:  # Python, two workers and more
+        time.sleep(0.05)
+    pids = server.descendants()
+    assert len(pids) >= 3, {pid: cmdline(pid) for pid in pids}
+    os.kill(server.process.pid, signal.SIGKILL)  # the bootloader alone, as `kill -9 PID` does
+    server.process.wait(timeout=5)
+    deadline = time.monotonic() + 10
+    while (left := alive(pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, {pid: " ".join(cmdline(pid)) for pid in left}
+
+
+def test_kill_9_of_the_bootloader_ends_an_import(tmp_path: Path) -> None:
+    db = tmp_path / "import.db"
+    ok(tmp_path, "token", "list", "--db", str(db))
+    log = "a long line of a build log that takes a while to compress and store\n" * 50
+    data = write_jsonl(tmp_path / "many.jsonl", [record(i, log=log) for i in range(1, 200_001)])
+    tmpdir = private_tmpdir(tmp_path)
+    process = subprocess.Popen([*EXE, "import", "--db", str(db), str(data)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=bare_env(tmp_path, tmpdir), start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        table = processes()
+        while not (children := [p.pid for p in table.values() if p.ppid == process.pid]):
+            assert time.monotonic() < deadline and process.poll() is None, "the import never started its program"
+            time.sleep(0.05)
+            table = processes()
+        time.sleep(1.0)  # well into the import
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=5)
+        deadline = time.monotonic() + 10
+        while (left := alive(children)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not left, {pid: " ".join(cmdline(pid)) for pid in left}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM builds").fetchone() == (0,)  # all or nothing

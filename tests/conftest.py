@@ -20,8 +20,8 @@ from records import NOW, record, write_jsonl  # noqa: F401 (tests import them fr
 from buildreport.app import create_app
 from buildreport.config import Settings
 from buildreport.ingest import import_files
-from buildreport.store.admin import ensure_account, insert_token
-from buildreport.store.schema import open_database
+from buildreport.store.admin import insert_token
+from buildreport.store.schema import open_auth, open_database
 from buildreport.times import US_PER_DAY, to_us
 from buildreport.tokens import new_token
 
@@ -52,15 +52,15 @@ class Env:
         expires_days: int = 30,
         revoked: bool = False,
     ) -> str:
-        conn = open_database(self.db)
+        open_database(self.db).close()
+        conn = open_auth(self.db)
         now = int(time.time() * 1_000_000)
         with conn:
-            account_id = ensure_account(conn, account, now)
             token_id, secret, digest = new_token()
             insert_token(
                 conn,
                 token_id=token_id,
-                account_id=account_id,
+                account=account,
                 digest=digest,
                 scopes=scopes,
                 label="test",

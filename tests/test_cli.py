@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from conftest import auth, record, write_jsonl
 
 from buildreport.cli import main
-from buildreport.store.schema import SCHEMA_VERSION
+from buildreport.store.schema import SCHEMA_VERSION, auth_path
 
 
 def run(*args: str, expect: int = 0):
@@ -50,7 +50,7 @@ def test_revoked_token_is_refused_at_once(env):
 
 def test_token_expiry_option(env):
     run("token", "create", "--db", str(env.db), "--account", "acme", "--expires-in", "2h")
-    conn = sqlite3.connect(env.db)
+    conn = sqlite3.connect(auth_path(env.db))
     created, expires = conn.execute("SELECT created_us, expires_us FROM tokens").fetchone()
     assert expires - created == 2 * 3600 * 1_000_000
 
@@ -130,7 +130,7 @@ def test_a_database_in_a_missing_directory_is_refused(tmp_path):
 def test_db_defaults_to_the_environment_variable(env, monkeypatch):
     monkeypatch.setenv("BUILDREPORT_DB", str(env.db))
     run("token", "create", "--account", "acme")
-    assert sqlite3.connect(env.db).execute("SELECT count(*) FROM tokens").fetchone() == (1,)
+    assert sqlite3.connect(auth_path(env.db)).execute("SELECT count(*) FROM tokens").fetchone() == (1,)
 
 
 def test_sample_command_with_its_defaults_reproduces_the_committed_sample(tmp_path):
@@ -151,7 +151,7 @@ def test_token_list_shows_when_a_token_was_last_used(env):
     with env.client() as client:
         assert client.get("/builds", headers=auth(secret)).status_code == 200
         deadline = time.monotonic() + 5
-        while sqlite3.connect(env.db).execute("SELECT last_used_us FROM tokens").fetchone() == (None,):
+        while sqlite3.connect(auth_path(env.db)).execute("SELECT last_used_us FROM tokens").fetchone() == (None,):
             assert time.monotonic() < deadline, "last use was never recorded"
             time.sleep(0.05)
     row = run("token", "list", "--db", str(env.db)).stdout.splitlines()[1]

@@ -259,10 +259,10 @@ def test_revocation_takes_effect_at_once(env):
     secret = env.token()
     with env.client() as client:
         assert client.get("/builds/1", headers=auth(secret)).status_code == 200
-        from buildreport.store.schema import open_database
+        from buildreport.store.schema import open_auth
         from buildreport.tokens import digest
 
-        conn = open_database(env.db)
+        conn = open_auth(env.db)
         with conn:
             conn.execute("UPDATE tokens SET revoked_us = ? WHERE digest = ?", (int(time.time() * 1e6), digest(secret)))
         conn.close()

@@ -7,7 +7,7 @@ import pytest
 from buildreport.filters import BuildFilter, Cursor, ListQuery, UsageQuery
 from buildreport.models import BuildStatus
 from buildreport.store import queries
-from buildreport.store.schema import open_database
+from buildreport.store.schema import attach_auth, open_database
 
 FILTERS = {
     "window": BuildFilter(create_from_us=1, create_to_us=None),
@@ -39,7 +39,9 @@ QUERIES = {
 
 @pytest.fixture(scope="module")
 def conn(tmp_path_factory):
-    connection = open_database(tmp_path_factory.mktemp("plans") / "plans.db")
+    path = tmp_path_factory.mktemp("plans") / "plans.db"
+    connection = open_database(path)
+    attach_auth(connection, path)  # as the server's connection has it
     yield connection
     connection.close()
 

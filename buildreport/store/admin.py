@@ -1,4 +1,4 @@
-"""Accounts and tokens, as the command line manages them."""
+"""Tokens, as the command line manages them: in the tokens file beside the database (see schema.AUTH_SUFFIX)."""
 
 from __future__ import annotations
 
@@ -18,33 +18,29 @@ class TokenInfo(msgspec.Struct):
     last_used_us: int | None
 
 
-def ensure_account(conn: sqlite3.Connection, name: str, now_us: int) -> int:
-    conn.execute("INSERT OR IGNORE INTO accounts (name, created_us) VALUES (?, ?)", (name, now_us))
-    return conn.execute("SELECT account_id FROM accounts WHERE name = ?", (name,)).fetchone()[0]
-
-
 def insert_token(
     conn: sqlite3.Connection,
     *,
     token_id: str,
-    account_id: int,
+    account: str,
     digest: bytes,
     scopes: tuple[str, ...],
     label: str,
     now_us: int,
     expires_us: int,
 ) -> None:
+    """Store a token on a connection to the tokens file (schema.open_auth)."""
     conn.execute(
-        "INSERT INTO tokens (token_id, account_id, digest, scopes, label, created_us, expires_us)"
+        "INSERT INTO tokens (token_id, account, digest, scopes, label, created_us, expires_us)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (token_id, account_id, digest, " ".join(scopes), label, now_us, expires_us),
+        (token_id, account, digest, " ".join(scopes), label, now_us, expires_us),
     )
 
 
 def list_tokens(conn: sqlite3.Connection) -> list[TokenInfo]:
     rows = conn.execute(
-        "SELECT t.token_id, a.name, t.scopes, t.label, t.created_us, t.expires_us, t.revoked_us, t.last_used_us"
-        " FROM tokens t JOIN accounts a USING (account_id) ORDER BY t.created_us, t.token_id"
+        "SELECT token_id, account, scopes, label, created_us, expires_us, revoked_us, last_used_us"
+        " FROM tokens ORDER BY created_us, token_id"
     ).fetchall()
     return [TokenInfo(*row) for row in rows]
 

@@ -177,8 +177,9 @@ def get_build(account_id: int, build_id: int) -> Query:
 
 def token_by_digest(digest: bytes) -> Query:
     return (
-        "SELECT t.token_id, t.account_id, a.name, t.scopes, t.expires_us, t.revoked_us, t.last_used_us"
-        " FROM tokens t JOIN accounts a USING (account_id) WHERE t.digest = ?",
+        # An account without builds has no id yet: 0 matches no build.
+        "SELECT t.token_id, coalesce(a.account_id, 0), t.account, t.scopes, t.expires_us, t.revoked_us,"
+        " t.last_used_us FROM auth.tokens t LEFT JOIN accounts a ON a.name = t.account WHERE t.digest = ?",
         [digest],
     )
 

@@ -14,7 +14,7 @@ import msgspec
 from buildreport.filters import BuildFilter, Cursor, ListQuery, UsageQuery
 from buildreport.models import BuildSummary, Usage
 from buildreport.store import queries
-from buildreport.store.schema import CONNECTION_PRAGMAS
+from buildreport.store.schema import CONNECTION_PRAGMAS, attach_auth, auth_path, connect_existing, rw_uri
 from buildreport.times import US_PER_SECOND
 
 
@@ -44,17 +44,22 @@ _WAL_INDEX_HEADER = 48
 
 
 async def _connect(path: Path | str) -> aiosqlite.Connection:
-    conn = await aiosqlite.connect(path, isolation_level=None)
+    # mode=rw: a database file that is gone is an error, never a new empty file.
+    conn = await aiosqlite.connect(rw_uri(path), uri=True, isolation_level=None)
     for pragma in CONNECTION_PRAGMAS:
         await conn.execute(pragma)
     return conn
 
 
 def _connect_local(path: Path | str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    for pragma in CONNECTION_PRAGMAS:
-        conn.execute(pragma)
+    conn = connect_existing(path)
+    attach_auth(conn, path)
     return conn
+
+
+def _identity(path: str) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
 
 
 class Reader:
@@ -70,8 +75,11 @@ class Reader:
         self._conn = conn
         self._path = str(path)
         self._local = _connect_local(path)
+        self._auth_path = str(auth_path(path))
+        # Which files were opened: a file deleted or replaced under the server is told apart by its inode.
+        self._identities = {self._path: _identity(self._path), self._auth_path: _identity(self._auth_path)}
         self._writer: aiosqlite.Connection | None = None
-        self._shm: int | None = None
+        self._shm: dict[str, int] = {}
         self._pending: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -85,22 +93,40 @@ class Reader:
             await self._writer.close()
         await self._conn.close()
         self._local.close()
-        if self._shm is not None:
-            os.close(self._shm)
+        for fd in self._shm.values():
+            os.close(fd)
 
     def data_version(self) -> bytes | None:
-        """A value that differs after any commit to the database; None when it cannot be told.
+        """A value that differs after any commit to the database or its tokens file; None when it cannot be told.
 
         Reading a few bytes of the WAL index costs far less than a query, so data derived from the
         database (the token cache) can be checked on every request and still see a revocation at once.
         """
-        try:
-            if self._shm is None:
-                self._shm = os.open(self._path + "-shm", os.O_RDONLY)
-            header = os.pread(self._shm, _WAL_INDEX_HEADER, 0)
-        except OSError:
-            return None
-        return header if len(header) == _WAL_INDEX_HEADER else None
+        headers = []
+        for path in (self._path, self._auth_path):
+            try:
+                if path not in self._shm:
+                    self._shm[path] = os.open(path + "-shm", os.O_RDONLY)
+                header = os.pread(self._shm[path], _WAL_INDEX_HEADER, 0)
+            except OSError:
+                return None
+            if len(header) != _WAL_INDEX_HEADER:
+                return None
+            headers.append(header)
+        return b"".join(headers)
+
+    def file_problem(self) -> str | None:
+        """What is wrong with the files this process reads, when one was deleted or replaced since it opened it."""
+        for path, opened in self._identities.items():
+            try:
+                now = _identity(path)
+            except FileNotFoundError:
+                return f"{path} was deleted while the service ran; restore it and restart the service"
+            except OSError as exc:
+                return f"{path} cannot be checked: {exc.strerror}"
+            if now != opened:
+                return f"{path} was replaced while the service ran; restart the service to read the new file"
+        return None
 
     async def _rows(self, query: queries.Query) -> list[tuple]:
         sql, params = query
@@ -111,7 +137,7 @@ class Reader:
         return self._local.execute(sql, params).fetchall()
 
     async def ping(self) -> bool:
-        return bool(await self._rows(("SELECT 1", [])))
+        return bool(await self._rows(("SELECT count(*) FROM (SELECT 1 FROM accounts LIMIT 1)", [])))
 
     async def token(self, digest: bytes) -> TokenRow | None:
         rows = self._lookup(queries.token_by_digest(digest))
@@ -129,7 +155,7 @@ class Reader:
 
     async def _touch(self, token_id: str, now_us: int) -> None:
         if self._writer is None:
-            self._writer = await _connect(self._path)
+            self._writer = await _connect(self._auth_path)
         sql, params = queries.touch_token(token_id, now_us)
         await self._writer.execute(sql, params)
 

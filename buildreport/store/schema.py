@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
+
+from buildreport.faults import describe_sqlite_error
 
 # "brep": marks a SQLite file as a buildreport database.
 APPLICATION_ID = 0x62726570
@@ -100,7 +105,40 @@ MIGRATIONS: tuple[str, ...] = (
         daily_totals=_TOTALS_TABLE.format(name="daily_totals"),
     ),
 )
+MIGRATIONS += (
+    # Tokens live in the file beside the database (AUTH_MIGRATIONS); open_database copies them there first.
+    "DROP TABLE IF EXISTS tokens;",
+)
 SCHEMA_VERSION = len(MIGRATIONS)
+
+# Tokens are kept in a second SQLite file, DB + "-auth": SQLite allows one writer per file, so a token is
+# created or revoked at once even while an import holds the builds database's write lock for minutes.
+# A token names its account; the account's id comes from the builds database when the token is used.
+AUTH_SUFFIX = "-auth"
+# "brat": marks the tokens file of a buildreport database.
+AUTH_APPLICATION_ID = 0x62726174
+AUTH_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE tokens (
+        token_id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        digest BLOB NOT NULL UNIQUE,
+        scopes TEXT NOT NULL,
+        label TEXT NOT NULL DEFAULT '',
+        created_us INTEGER NOT NULL,
+        expires_us INTEGER NOT NULL,
+        revoked_us INTEGER,
+        last_used_us INTEGER
+    );
+    """,
+)
+# Tokens of a database made before they moved: copied once, before migration 1 -> 2 drops them.
+_MOVE_TOKENS = """
+INSERT OR IGNORE INTO tokens (token_id, account, digest, scopes, label, created_us, expires_us, revoked_us,
+                              last_used_us)
+SELECT t.token_id, a.name, t.digest, t.scopes, t.label, t.created_us, t.expires_us, t.revoked_us, t.last_used_us
+FROM old.tokens t JOIN old.accounts a USING (account_id)
+"""
 
 
 class DatabaseError(Exception):
@@ -123,37 +161,48 @@ def configure(conn: sqlite3.Connection) -> None:
         conn.execute(pragma)
 
 
-def check_version(conn: sqlite3.Connection, path: Path | str) -> int:
+def check_version(
+    conn: sqlite3.Connection,
+    path: Path | str,
+    app_id_expected: int = APPLICATION_ID,
+    latest: int = SCHEMA_VERSION,
+) -> int:
     """The schema version of a database file, after making sure buildreport can use it."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     has_tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] > 0
-    if app_id != APPLICATION_ID and (app_id != 0 or has_tables):
+    if app_id != app_id_expected and (app_id != 0 or has_tables):
         raise DatabaseError(f"{path} is not a buildreport database")
-    if version > SCHEMA_VERSION:
+    if version > latest:
         raise DatabaseError(
-            f"{path} has schema version {version}, newer than this buildreport understands ({SCHEMA_VERSION}); "
+            f"{path} has schema version {version}, newer than this buildreport understands ({latest}); "
             "use a newer buildreport"
         )
     return version
 
 
-def migrate(conn: sqlite3.Connection, path: Path | str) -> None:
+def migrate(
+    conn: sqlite3.Connection,
+    path: Path | str,
+    migrations: tuple[str, ...] = MIGRATIONS,
+    app_id: int = APPLICATION_ID,
+) -> None:
     """Bring the schema up to date, each step in its own transaction."""
-    version = check_version(conn, path)
-    if version < SCHEMA_VERSION and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+    latest = len(migrations)
+    version = check_version(conn, path, app_id, latest)
+    if version < latest and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         conn.execute("PRAGMA journal_mode = WAL")
-    while version < SCHEMA_VERSION:
+    while version < latest:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if check_version(conn, path) != version:
+            if check_version(conn, path, app_id, latest) != version:
                 conn.rollback()  # another process migrated meanwhile
-                version = check_version(conn, path)
+                version = check_version(conn, path, app_id, latest)
                 continue
-            for statement in _statements(MIGRATIONS[version]):
+            for statement in _statements(migrations[version]):
                 conn.execute(statement)
             version += 1
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA application_id = {app_id}")
             conn.execute(f"PRAGMA user_version = {version}")
             conn.commit()
         except BaseException:
@@ -174,22 +223,97 @@ def _statements(script: str) -> list[str]:
     return [s for s in statements if s]
 
 
+def auth_path(path: Path | str) -> Path:
+    """The file that holds the tokens of the database at `path`."""
+    return Path(str(path) + AUTH_SUFFIX)
+
+
+def create_private(path: Path) -> None:
+    """Create an empty file readable by its owner alone, unless it exists. SQLite gives the -wal and -shm
+    files it makes later the mode of their database file, so they are private too."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def rw_uri(path: Path | str) -> str:
+    """A URI that opens an existing database for reading and writing and never creates one."""
+    return "file:" + quote(os.path.abspath(path)) + "?mode=rw"
+
+
+def connect_existing(path: Path | str) -> sqlite3.Connection:
+    """A configured connection to a database file that must exist already."""
+    conn = sqlite3.connect(rw_uri(path), uri=True, isolation_level=None, check_same_thread=False)
+    configure(conn)
+    return conn
+
+
+def _describe(path: Path, exc: sqlite3.Error) -> DatabaseError:
+    message = str(exc)
+    if "file is not a database" in message:
+        return DatabaseError(f"{path} is not a buildreport database")
+    if "unable to open" in message:
+        return DatabaseError(f"cannot write to {path}: {message}")
+    return DatabaseError(describe_sqlite_error(exc, str(path)))
+
+
+def _open_auth(path: Path, legacy: bool) -> None:
+    """Create or migrate the tokens file; copy the tokens of a database made before they moved."""
+    tokens = auth_path(path)
+    create_private(tokens)
+    conn = connect_existing(tokens)
+    try:
+        migrate(conn, tokens, AUTH_MIGRATIONS, AUTH_APPLICATION_ID)
+        if legacy:
+            conn.execute("ATTACH DATABASE ? AS old", (rw_uri(path),))
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(_MOVE_TOKENS)
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.execute("DETACH DATABASE old")
+    except sqlite3.DatabaseError as exc:
+        raise _describe(tokens, exc) from exc
+    finally:
+        conn.close()
+
+
+def attach_auth(conn: sqlite3.Connection, path: Path | str) -> None:
+    """Make the tokens file of the database at `path` readable on `conn` as schema `auth`."""
+    conn.execute("ATTACH DATABASE ? AS auth", (rw_uri(auth_path(path)),))
+
+
+def open_auth(path: Path | str) -> sqlite3.Connection:
+    """A connection to the tokens file of an existing, up-to-date database (see open_database)."""
+    try:
+        return connect_existing(auth_path(path))
+    except sqlite3.DatabaseError as exc:
+        raise _describe(auth_path(path), exc) from exc
+
+
 def open_database(path: Path | str, *, create: bool = True) -> sqlite3.Connection:
-    """A synchronous connection to an up-to-date database, for the command line and start-up."""
+    """A synchronous connection to an up-to-date database, for the command line and start-up.
+
+    A new database file and its tokens file are created readable by their owner alone (mode 0600).
+    """
     path = Path(path)
     if not create and not path.exists():
         raise DatabaseError(f"{path} does not exist; create it with `buildreport import` or `buildreport demo`")
     if not path.parent.exists():
         raise DatabaseError(f"cannot create {path}: directory {path.parent} does not exist")
+    if path.is_dir():
+        raise DatabaseError(f"{path} is a directory, not a database file")
     try:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        configure(conn)
+        create_private(path)
+    except OSError as exc:
+        raise DatabaseError(f"cannot write to {path}: {exc.strerror}") from exc
+    try:
+        conn = connect_existing(path)
+        legacy = check_version(conn, path) == 1
+        if legacy or not auth_path(path).exists() or check_version(conn, path) < SCHEMA_VERSION:
+            _open_auth(path, legacy)
         migrate(conn, path)
     except sqlite3.DatabaseError as exc:
-        message = str(exc)
-        if "file is not a database" in message:
-            raise DatabaseError(f"{path} is not a buildreport database") from exc
-        if "readonly" in message or "unable to open" in message:
-            raise DatabaseError(f"cannot write to {path}: {message}") from exc
-        raise DatabaseError(f"{path}: {message}") from exc
+        raise _describe(path, exc) from exc
     return conn

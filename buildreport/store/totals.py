@@ -71,3 +71,20 @@ def recompute_days(conn: sqlite3.Connection, keys: Iterable[tuple[int, int]]) ->
         for day in days:
             conn.execute("DELETE FROM daily_usage WHERE account_id = ? AND day_us = ?", (account_id, day))
             conn.execute(_DAILY_INSERT + select, (account_id, day, day + US_PER_DAY))
+
+
+# Every account's totals stay below this, so that a sum over any of its builds fits in a 64-bit integer.
+MAX_ACCOUNT_TOTAL = 2**62
+_ACCOUNT_TOTALS = (
+    "SELECT total(cpu_seconds), total(duration_us), total(nar_size_bytes) FROM daily_totals WHERE account_id = ?"
+)
+_TOTAL_NAMES = ("cpu_seconds", "duration_seconds", "outputs")
+
+
+def oversized_totals(conn: sqlite3.Connection, account_id: int) -> str | None:
+    """The field whose sum over the account's builds reaches MAX_ACCOUNT_TOTAL, if any (summed as floats)."""
+    row = conn.execute(_ACCOUNT_TOTALS, (account_id,)).fetchone()
+    for name, value in zip(_TOTAL_NAMES, row, strict=True):
+        if value >= MAX_ACCOUNT_TOTAL:
+            return name
+    return None

@@ -10,16 +10,26 @@ import sqlite3
 import zlib
 from collections.abc import Callable, Sequence
 from datetime import UTC
+from typing import Any
 
 import msgspec
 
 from buildreport.models import Build, ImportRecord
-from buildreport.store.totals import DAILY, HOURLY, day_of, hour_of, recompute_days, recompute_totals
+from buildreport.store.totals import (
+    DAILY,
+    HOURLY,
+    day_of,
+    hour_of,
+    oversized_totals,
+    recompute_days,
+    recompute_totals,
+)
 from buildreport.times import to_us
 
 _BUILD_FIELD_COUNT = len(Build.__struct_fields__)
 _ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder(Build)
+# Stored JSON is read back as plain data: a row written before a range was narrowed still re-imports.
+_STORED = msgspec.json.Decoder(dict[str, Any])
 # SQLite allows 32766 variables a statement; a batch stays well below it.
 BATCH_SIZE = 2000
 
@@ -132,6 +142,7 @@ class BuildWriter:
         self._hours: set[tuple[int, int]] = set()
         self._days: set[tuple[int, int]] = set()
         self.stats = WriteStats()
+        self._last_location: dict[int, object] = {}
 
     def add(self, location: object, record: ImportRecord) -> None:
         self._batch.append((location, record))
@@ -149,6 +160,10 @@ class BuildWriter:
         recompute_totals(self._conn, HOURLY, self._hours)
         recompute_totals(self._conn, DAILY, self._hours)
         recompute_days(self._conn, self._days)
+        for account_id, location in self._last_location.items():
+            field = oversized_totals(self._conn, account_id)
+            if field is not None:
+                self._conflict(location, field, "the account's total would reach 2^62; sums over it could overflow")
 
     def _touch(self, account_id: int, create_us: int, stop_us: int | None) -> None:
         self._hours.add((account_id, hour_of(create_us)))
@@ -201,6 +216,7 @@ class BuildWriter:
             if build is None:
                 return None
         row = _Row.of(location, account_id, build, record.log)
+        self._last_location[account_id] = location
         if old is None:
             self.stats.created += 1
         elif old.body == row.body and (row.log is None or self._same_log(build.build_id, row.log)):
@@ -230,7 +246,7 @@ class BuildWriter:
         for row in rows:
             old = existing.get(row.build.build_id)
             if old is not None:
-                old_tags = _DECODER.decode(old.body).tags
+                old_tags = _STORED.decode(old.body).get("tags") or {}
                 stale += [(row.account_id, k, v, old.create_us, row.build.build_id) for k, v in old_tags.items()]
         self._conn.executemany(
             "DELETE FROM build_tags WHERE account_id = ? AND key = ? AND value = ? AND create_us = ? AND build_id = ?",
@@ -290,8 +306,9 @@ class BuildWriter:
 
     def _set_link(self, build_id: int, field: str, value: int) -> None:
         (body,) = self._conn.execute("SELECT body FROM builds WHERE build_id = ?", (build_id,)).fetchone()
-        build = msgspec.structs.replace(_DECODER.decode(body), **{field: value})
-        body = _ENCODER.encode(build)
+        stored = _STORED.decode(body)
+        stored[field] = value
+        body = _ENCODER.encode(stored)
         self._conn.execute(
             f"UPDATE builds SET {field} = ?, body = ?, body_hash = ? WHERE build_id = ?",
             (value, body, body_hash(body), build_id),
