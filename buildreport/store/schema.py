@@ -99,6 +99,18 @@ MIGRATIONS: tuple[str, ...] = (
         hourly_totals=_TOTALS_TABLE.format(name="hourly_totals"),
         daily_totals=_TOTALS_TABLE.format(name="daily_totals"),
     ),
+    # Builds carry `status`, an alias of `build_status`, right after it: stored JSON gains it in place, byte for
+    # byte as the encoder writes it now (the first `"build_status":` is the build's own; tags come after it).
+    """
+    UPDATE builds SET body = CAST(
+        substr(CAST(body AS TEXT), 1, instr(CAST(body AS TEXT), '"build_status":"' || status || '"')
+               + length('"build_status":"' || status || '"') - 1)
+        || ',"status":"' || status || '"'
+        || substr(CAST(body AS TEXT), instr(CAST(body AS TEXT), '"build_status":"' || status || '"')
+                  + length('"build_status":"' || status || '"'))
+        AS BLOB);
+    UPDATE builds SET body_hash = buildreport_body_hash(body);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -140,6 +152,9 @@ def check_version(conn: sqlite3.Connection, path: Path | str) -> int:
 
 def migrate(conn: sqlite3.Connection, path: Path | str) -> None:
     """Bring the schema up to date, each step in its own transaction."""
+    from buildreport.store.writer import body_hash  # the digest stored beside each build's JSON
+
+    conn.create_function("buildreport_body_hash", 1, body_hash, deterministic=True)
     version = check_version(conn, path)
     if version < SCHEMA_VERSION and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         conn.execute("PRAGMA journal_mode = WAL")
