@@ -7,13 +7,13 @@ import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
-import msgspec
-from litestar import Litestar, MediaType, Request, Response, get
+from litestar import Litestar, Request, Response, Router, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsException, ProblemDetailsPlugin
 
@@ -59,18 +59,27 @@ def _internal_problem(request: Request[Any, Any, Any], exc: Exception) -> Respon
     return problem.to_response(request)
 
 
-@get("/healthz", operation_id="health", summary="Health: 200 when the database answers", tags=["service"])
-async def healthz(request: Request[Any, Any, Any]) -> Response[bytes]:
+@get(
+    "/healthz",
+    operation_id="health",
+    summary="Health: 200 when the database answers",
+    tags=["service"],
+    responses={503: ResponseSpec(Health, description="The database does not answer.", generate_examples=False)},
+)
+async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
     reader: Reader = request.app.state.reader
     try:
         await reader.ping()
     except sqlite3.Error as exc:
-        return Response(
-            content=msgspec.json.encode(Health(status=f"database unavailable: {exc}")),
-            status_code=503,
-            media_type=MediaType.JSON,
-        )
-    return Response(content=msgspec.json.encode(Health(status="ok")), media_type=MediaType.JSON)
+        return Response(Health(status=f"database unavailable: {exc}"), status_code=503)
+    return Response(Health(status="ok"))
+
+
+@get("/", include_in_schema=False)
+async def front_door(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """A person who opens the bare address is sent to the API docs."""
+    docs = urlsplit(request.app.state.settings.base_url).path.rstrip("/") + "/docs"
+    return Response(content=b"", status_code=302, headers={"Location": docs})
 
 
 @get("/favicon.ico", include_in_schema=False)
@@ -80,12 +89,19 @@ async def favicon() -> Response[bytes]:
 
 
 def _openapi() -> OpenAPIConfig:
+    from buildreport.docs import DocsPagePlugin, ExactJsonPlugin
+    from buildreport.web import PAGE_HEADERS
+
     return OpenAPIConfig(
         title="buildreport",
         version=__version__,
         description="Read-only reports on remote Nix builds: builds, summaries, signed links and usage.",
         path="/docs",
-        render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
+        # Served from here, nothing from elsewhere: a page rendered on the server and the exact JSON document.
+        render_plugins=[DocsPagePlugin(), ExactJsonPlugin()],
+        openapi_router=Router(
+            path="/docs", route_handlers=[], include_in_schema=False, response_headers=PAGE_HEADERS
+        ),
         components=Components(
             security_schemes={
                 "bearer": SecurityScheme(type="http", scheme="bearer", description="A `brt_…` API token")
@@ -110,7 +126,7 @@ def create_litestar(settings: Settings) -> Litestar:
     from buildreport.web import web_router  # the signed page is a second face over the same reader
 
     return Litestar(
-        route_handlers=[api_router(settings.rate_limit), web_router(), healthz, favicon],
+        route_handlers=[api_router(settings.rate_limit), web_router(), healthz, favicon, front_door],
         lifespan=[lifespan],
         plugins=[
             ProblemDetailsPlugin(

@@ -469,6 +469,7 @@ SEED_BUILD = {
     "queue_time_seconds": ("number", False),
     "duration_seconds": ("number", True),
     "build_status": ("BuildStatus", False),
+    "status": ("BuildStatus", False),
     "status_message": ("string", True),
     "cpu_count": ("integer", False),
     "allocated_megabytes": ("integer", False),
@@ -538,9 +539,9 @@ def test_openapi_operations_document_parameters_auth_and_errors(openapi, path):
     operation = openapi["paths"][path]["get"]
     names = {p["name"] for p in operation.get("parameters", [])}
     assert PARAMETERS[path] <= names
-    assert names - PARAMETERS[path] <= {"cursor"}
+    assert names - PARAMETERS[path] <= {"cursor", "If-None-Match"}
     assert operation.get("security"), "API operations need the bearer token"
-    for code in ("200", "400", "401", "403", "429"):
+    for code in ("200", "304", "400", "401", "403", "405", "429", "503"):
         assert code in operation["responses"], code
     problem = operation["responses"]["400"]["content"]
     assert "application/problem+json" in problem
