@@ -9,13 +9,13 @@ from urllib.parse import parse_qsl, urlencode
 import msgspec
 from litestar import Request, Response, Router, get
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import filters
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.errors import NotFound
-from buildreport.models import Build, BuildSummary, BuildURL, Problem, Usage
+from buildreport.models import Build, BuildStatus, BuildSummary, BuildURL, Problem, Usage
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
@@ -71,6 +71,18 @@ def _integer(low: int, high: int, default: int | None = None) -> dict[str, Any]:
 
 
 _DATE = {"oneOf": None, "type": OpenAPIType.STRING, "format": OpenAPIFormat.DATE}
+# What the filters accept, in the schema language: a date or an RFC 3339 date-time; a non-empty derivation path;
+# comma-separated KEY:VALUE pairs (the key without a colon, no commas anywhere); comma-separated statuses.
+_MOMENT = {
+    "oneOf": None,
+    "type": OpenAPIType.STRING,
+    "anyOf": [Schema(format=OpenAPIFormat.DATE), Schema(format=OpenAPIFormat.DATE_TIME)],
+}
+_NON_EMPTY = {"oneOf": None, "type": OpenAPIType.STRING, "minLength": 1}
+_TAG = "[^,:]+:[^,]*"
+_TAGS = {**_NON_EMPTY, "pattern": f"^{_TAG}(,{_TAG})*$"}
+_ONE_STATUS = "(" + "|".join(s.value for s in BuildStatus) + ")"
+_STATUSES = {**_NON_EMPTY, "pattern": f"^{_ONE_STATUS}(,{_ONE_STATUS})*$"}
 
 
 def _errors(*codes: int) -> dict[int, ResponseSpec]:
@@ -91,17 +103,30 @@ def _errors(*codes: int) -> dict[int, ResponseSpec]:
 
 TagsParam = Annotated[
     str | None,
-    QueryParameter(description="Comma-separated `KEY:VALUE` pairs; a build must carry every pair. May be repeated."),
+    QueryParameter(
+        description="Comma-separated `KEY:VALUE` pairs, split at the first colon; a build must carry every pair. "
+        "May be repeated.",
+        schema_extra=_TAGS,
+    ),
 ]
 StatusParam = Annotated[
-    str | None, QueryParameter(description="One or more comma-separated build statuses. May be repeated.")
+    str | None,
+    QueryParameter(description="One or more comma-separated build statuses. May be repeated.", schema_extra=_STATUSES),
 ]
 FromParam = Annotated[
     str | None,
-    QueryParameter(description="ISO 8601 date or date-time; builds created at or after it. Default: 24 hours ago."),
+    QueryParameter(
+        description="Date (midnight UTC) or date-time; builds created at or after it. Default: 24 hours ago. "
+        "Not later than `create_time_to`.",
+        schema_extra=_MOMENT,
+    ),
 ]
 ToParam = Annotated[
-    str | None, QueryParameter(description="ISO 8601 date or date-time; builds created before it. Default: no bound.")
+    str | None,
+    QueryParameter(
+        description="Date (midnight UTC) or date-time; builds created before it. Default: no bound.",
+        schema_extra=_MOMENT,
+    ),
 ]
 
 
@@ -122,8 +147,16 @@ async def list_builds(
     limit: Annotated[
         str | None, QueryParameter(description="1 to 10000; default 500.", schema_extra=_integer(1, 10_000, 500))
     ] = None,
-    derivation_path: Annotated[str | None, QueryParameter(description="Exact derivation path.")] = None,
-    cursor: Annotated[str | None, QueryParameter(description="Opaque; taken from a `Link` header.")] = None,
+    derivation_path: Annotated[
+        str | None, QueryParameter(description="Exact derivation path.", schema_extra=_NON_EMPTY)
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        QueryParameter(
+            description="Opaque: taken from the `Link` header of the previous page.",
+            schema_extra={**_NON_EMPTY, "pattern": f"^{filters.CURSOR_PATTERN}$"},
+        ),
+    ] = None,
 ) -> Response[bytes]:
     pairs = query_pairs(request)
     query = filters.parse_list_query(pairs, now_us())
@@ -225,7 +258,8 @@ async def get_usage(
     from_: Annotated[
         str | None,
         QueryParameter(
-            name="from", description="Date YYYY-MM-DD; default: first day of this month (UTC).", schema_extra=_DATE
+            name="from", description="Date YYYY-MM-DD; default: first day of this month (UTC). Not later than `to`.",
+            schema_extra=_DATE,
         ),
     ] = None,
     to: Annotated[

@@ -7,7 +7,6 @@ import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
 from litestar import Litestar, Request, Response, Router, get
 from litestar.datastructures import State
@@ -78,7 +77,7 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
 @get("/", include_in_schema=False)
 async def front_door(request: Request[Any, Any, Any]) -> Response[bytes]:
     """A person who opens the bare address is sent to the API docs."""
-    docs = urlsplit(request.app.state.settings.base_url).path.rstrip("/") + "/docs"
+    docs = request.app.state.settings.path_prefix + "/docs"
     return Response(content=b"", status_code=302, headers={"Location": docs})
 
 
@@ -144,7 +143,7 @@ def create_litestar(settings: Settings) -> Litestar:
 
 
 def create_app(settings: Settings) -> Envelope:
-    return Envelope(create_litestar(settings), log_requests=settings.access_log)
+    return Envelope(create_litestar(settings), log_requests=settings.access_log, prefix=settings.path_prefix)
 
 
 def app_from_env() -> Envelope:

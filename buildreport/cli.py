@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
+import ssl
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
+import msgspec
 
 from buildreport import __version__
 from buildreport.config import DEFAULT_RATE_LIMIT, Settings, default_db
@@ -52,14 +56,43 @@ def main() -> None:
 
 def _serve_options(func):  # type: ignore[no-untyped-def]
     options = [
-        click.option("--host", default="127.0.0.1", show_default=True, envvar="BUILDREPORT_HOST"),
         click.option(
-            "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), envvar="BUILDREPORT_PORT"
+            "--host",
+            default="127.0.0.1",
+            show_default=True,
+            envvar="BUILDREPORT_HOST",
+            show_envvar=True,
+            help="Address to listen on; 0.0.0.0 (or ::) for every interface.",
+        ),
+        click.option(
+            "--port",
+            default=8000,
+            show_default=True,
+            type=click.IntRange(0, 65535),
+            envvar="BUILDREPORT_PORT",
+            show_envvar=True,
+            help="TCP port to listen on.",
         ),
         click.option(
             "--public-url",
             envvar="BUILDREPORT_PUBLIC_URL",
-            help="Address users reach the service at (behind a proxy too); signed links start with it.",
+            show_envvar=True,
+            help="Address users reach the service at (behind a proxy too); signed links and Link headers start "
+            "with it, and a path in it (https://host/api/v1) is where every route is served.",
+        ),
+        click.option(
+            "--tls-cert",
+            envvar="BUILDREPORT_TLS_CERT",
+            show_envvar=True,
+            type=click.Path(dir_okay=False),
+            help="Serve https with this PEM certificate (chain). Needs --tls-key.",
+        ),
+        click.option(
+            "--tls-key",
+            envvar="BUILDREPORT_TLS_KEY",
+            show_envvar=True,
+            type=click.Path(dir_okay=False),
+            help="The PEM private key of --tls-cert.",
         ),
         click.option(
             "--secret-key",
@@ -74,6 +107,7 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             show_default=True,
             type=click.IntRange(0),
             envvar="BUILDREPORT_RATE_LIMIT",
+            show_envvar=True,
             help="Requests a minute per token and worker process; 0 turns limiting off.",
         ),
         click.option(
@@ -82,6 +116,7 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             show_default="CPU count, at most 4",
             type=click.IntRange(1, 64),
             envvar="BUILDREPORT_WORKERS",
+            show_envvar=True,
         ),
         click.option("--access-log/--no-access-log", default=True, show_default=True),
     ]
@@ -94,7 +129,41 @@ def _settings(db: str, **kwargs: object) -> Settings:
     keys = tuple(kwargs.pop("secret_keys") or ())  # type: ignore[arg-type]
     if not keys and os.environ.get("BUILDREPORT_SECRET_KEY"):
         keys = tuple(k.strip() for k in os.environ["BUILDREPORT_SECRET_KEY"].split(",") if k.strip())
-    return Settings(db=str(db), secret_keys=keys, **kwargs)  # type: ignore[arg-type]
+    settings = Settings(db=str(db), secret_keys=keys, **kwargs)  # type: ignore[arg-type]
+    _check_public_url(settings.public_url)
+    _check_tls(settings.tls_cert, settings.tls_key)
+    return settings
+
+
+def _check_public_url(url: str | None) -> None:
+    if url is None:
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise click.BadParameter(
+            f"{url!r} is not an http(s) address such as https://builds.example.com/api/v1", param_hint="--public-url"
+        )
+
+
+def _check_tls(cert: str | None, key: str | None) -> None:
+    """Refuse, before serving, a certificate and key that are missing, unreadable or not a pair."""
+    if cert is None and key is None:
+        return
+    if cert is None or key is None:
+        raise click.UsageError("--tls-cert and --tls-key go together: give both (or neither)")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, key)
+    except OSError as exc:  # missing or unreadable file
+        name = exc.filename or cert
+        raise click.ClickException(f"cannot read TLS file {name}: {exc.strerror or exc}") from exc
+    except ssl.SSLError as exc:
+        reason = exc.reason or str(exc)
+        if "KEY_VALUES_MISMATCH" in str(reason).upper():
+            detail = "the key does not belong to the certificate"
+        else:
+            detail = f"not a PEM certificate and its private key ({reason})"
+        raise click.ClickException(f"cannot use --tls-cert {cert} with --tls-key {key}: {detail}") from exc
 
 
 def _check_port(host: str, port: int) -> None:
@@ -118,6 +187,8 @@ def run_server(settings: Settings) -> None:
     configure_logging()
     # No websocket routes: uvicorn need not load a websocket implementation.
     common = {"host": settings.host, "port": settings.port, "access_log": False, "log_config": None, "ws": "none"}
+    if settings.tls_cert:
+        common |= {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key}
     if settings.workers > 1:
         os.environ[SETTINGS_ENV] = to_env(settings)
         uvicorn.run("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
@@ -345,31 +416,55 @@ def sample(
 
 
 def sample_data_path() -> Path:
-    """The bundled sample dataset, beside the package or inside the executable."""
+    """The sample dataset shipped inside the package (and so inside the executable)."""
+    from importlib.resources import files
+
     from buildreport import sample as gen
 
-    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parent.parent))
-    return base / gen.SAMPLE_PATH
+    return Path(str(files("buildreport").joinpath(*gen.SAMPLE_PATH.parts[1:])))
+
+
+def _remove_database(db: str) -> None:
+    """The files a database is made of, so that a failed demo leaves nothing behind."""
+    for suffix in ("", "-wal", "-shm", "-journal", ".secret"):
+        Path(db + suffix).unlink(missing_ok=True)
 
 
 @main.command()
 @click.option("--db", default=None, help="Database to create (must not exist) [default: a temporary file].")
 @_serve_options
 def demo(db: str | None, **kwargs: object) -> None:
-    """Serve the sample data, shifted so the newest build is now, with a token per account."""
+    """Serve the sample data, shifted so the newest build is now, with a token per account.
+
+    The temporary database (without --db) is removed when the demo stops; a demo that fails to start
+    removes the database it created.
+    """
     from buildreport.demo import prepare_demo
 
-    if db is None:
-        db = str(Path(tempfile.mkdtemp(prefix="buildreport-demo-")) / "demo.db")
-    elif Path(db).exists():
+    if db is not None and Path(db).exists():
         raise click.ClickException(f"{db} exists; the demo starts from a fresh database (choose another --db)")
-    settings = _settings(db, **kwargs)
+    settings = _settings(db or "demo.db", **kwargs)  # checked before anything is created
     _check_port(settings.host, settings.port)
-    conn = _open(db)
+    sample = sample_data_path()
+    if not sample.is_file():
+        raise click.ClickException(f"the sample data is missing from this installation ({sample})")
+    folder = None
+    if db is None:
+        folder = Path(tempfile.mkdtemp(prefix="buildreport-demo-"))
+        db = str(folder / "demo.db")
+        settings = msgspec.structs.replace(settings, db=db)
     try:
-        lines = prepare_demo(conn, settings, sample_data_path(), now_us())
+        conn = _open(db)
+        try:
+            lines = prepare_demo(conn, settings, sample, now_us())
+        finally:
+            conn.close()
+        click.echo("\n".join(lines))
+        sys.stdout.flush()
+        run_server(settings)
+    except BaseException:
+        _remove_database(db)
+        raise
     finally:
-        conn.close()
-    click.echo("\n".join(lines))
-    sys.stdout.flush()
-    run_server(settings)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)

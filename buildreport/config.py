@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -22,6 +23,8 @@ class Settings(msgspec.Struct, frozen=True):
     rate_limit: int = DEFAULT_RATE_LIMIT
     workers: int = 1
     access_log: bool = True
+    tls_cert: str | None = None  # served over https with this certificate (chain) and key
+    tls_key: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -29,7 +32,12 @@ class Settings(msgspec.Struct, frozen=True):
         if self.public_url:
             return self.public_url.rstrip("/")
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls_cert else 'http'}://{host}:{self.port}"
+
+    @property
+    def path_prefix(self) -> str:
+        """The path of the public URL (e.g. `/api/v1`), under which every route is served; empty for none."""
+        return urlsplit(self.base_url).path.rstrip("/")
 
 
 def default_db() -> str:

@@ -1,9 +1,12 @@
-"""The outermost ASGI layer: a request id on every response and log line, HEAD served as GET, access log."""
+"""The outermost ASGI layer: a request id on every response and log line, HEAD served as GET, access log,
+and the path prefix of the public URL (`/api/v1`), served with ASGI `root_path` semantics: the routes below
+see paths without it, and anything outside it is a 404."""
 
 from __future__ import annotations
 
 import contextvars
 import itertools
+import json
 import logging
 import re
 import secrets
@@ -42,10 +45,23 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
 
 
+_OUTSIDE = json.dumps({
+    "type": "https://buildreport.dev/problems/not-found", "title": "Not found", "status": 404,
+    "detail": "No such resource",
+}).encode()
+
+
+async def _not_found(send: Send) -> None:
+    headers = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(_OUTSIDE)).encode())]
+    await send({"type": "http.response.start", "status": 404, "headers": headers})
+    await send({"type": "http.response.body", "body": _OUTSIDE})
+
+
 class Envelope:
-    def __init__(self, app: ASGIApp, *, log_requests: bool = True) -> None:
+    def __init__(self, app: ASGIApp, *, log_requests: bool = True, prefix: str = "") -> None:
         self.app = app
         self.log_requests = log_requests
+        self.prefix = prefix.rstrip("/")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,6 +77,15 @@ class Envelope:
         elif method == "OPTIONS":
             # The API answers GET and HEAD only; the router would otherwise answer OPTIONS on every path itself.
             scope = {**scope, "method": "OPTIONS-NOT-SERVED"}
+        path = scope["path"]
+        inside = True
+        if self.prefix:
+            inside = path == self.prefix or path.startswith(self.prefix + "/")
+            if inside:
+                rest = path[len(self.prefix) :] or "/"
+                raw = scope.get("raw_path") or path.encode()
+                raw = raw[len(self.prefix) :] if raw.startswith(self.prefix.encode()) else rest.encode()
+                scope = {**scope, "path": rest, "raw_path": raw or b"/", "root_path": self.prefix}
         started = time.perf_counter()
         status = 0
 
@@ -74,14 +99,17 @@ class Envelope:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            if inside:
+                await self.app(scope, receive, send_with_id)
+            else:
+                await _not_found(send_with_id)
         finally:
             if self.log_requests:
                 access_log.info(
                     '%s "%s %s" %d %.1fms',
                     scope.get("client", ("-",))[0] if scope.get("client") else "-",
                     method,
-                    scope["path"],
+                    path,
                     status,
                     (time.perf_counter() - started) * 1000,
                 )

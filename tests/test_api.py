@@ -281,7 +281,7 @@ def test_link_uses_the_configured_public_url(env):
     env.load([record(1), record(2)])
     secret = env.token()
     with env.client(public_url="https://builds.example.com/report/") as client:
-        response = client.get("/builds", params={"limit": 1}, headers=auth(secret))
+        response = client.get("/report/builds", params={"limit": 1}, headers=auth(secret))
     link = next_link(response)
     assert link is not None
     assert link.startswith("https://builds.example.com/report/builds?")
@@ -685,7 +685,7 @@ def test_url_is_absolute_from_the_public_url(env):
     env.load([record(7)])
     secret = env.token()
     with env.client(public_url="https://builds.example.com/report/") as client:
-        url = client.get("/builds/7/url", headers=auth(secret)).json()["url"]
+        url = client.get("/report/builds/7/url", headers=auth(secret)).json()["url"]
     assert url.startswith("https://builds.example.com/report/")
     assert "//" not in url.removeprefix("https://")
 

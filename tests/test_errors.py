@@ -148,8 +148,8 @@ NASTY = [
     "//builds",
     "/builds/summary/",
     "/builds?cursor=" + Cursor(2**63 - 1, 2**63 - 1).encode(),
-    "/builds?cursor=" + Cursor(-(2**63), 1).encode(),
-    "/builds?cursor=WzE4NDQ2NzQ0MDczNzA5NTUxNjE1LDFd",  # [18446744073709551615,1]
+    "/builds?cursor=" + Cursor(0, 1).encode(),
+    "/builds?cursor=" + "f" * 32,
     "/builds?cursor=WzEsOTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTldOw",
 ]
 
