@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import ssl
 import sys
@@ -151,19 +152,24 @@ def _check_tls(cert: str | None, key: str | None) -> None:
         return
     if cert is None or key is None:
         raise click.UsageError("--tls-cert and --tls-key go together: give both (or neither)")
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise click.ClickException(f"cannot read TLS file {path} ({flag}): {exc.strerror or exc}") from exc
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(cert, key)
-    except OSError as exc:  # missing or unreadable file
-        name = exc.filename or cert
-        raise click.ClickException(f"cannot read TLS file {name}: {exc.strerror or exc}") from exc
-    except ssl.SSLError as exc:
-        reason = exc.reason or str(exc)
-        if "KEY_VALUES_MISMATCH" in str(reason).upper():
+    except ssl.SSLError as exc:  # readable, but not a matching PEM certificate and key
+        reason = str(exc.reason or exc)
+        if "KEY_VALUES_MISMATCH" in reason.upper():
             detail = "the key does not belong to the certificate"
         else:
             detail = f"not a PEM certificate and its private key ({reason})"
         raise click.ClickException(f"cannot use --tls-cert {cert} with --tls-key {key}: {detail}") from exc
+    except OSError as exc:  # the files changed in between
+        raise click.ClickException(f"cannot read TLS files {cert} and {key}: {exc.strerror or exc}") from exc
 
 
 def _check_port(host: str, port: int) -> None:
@@ -424,6 +430,14 @@ def sample_data_path() -> Path:
     return Path(str(files("buildreport").joinpath(*gen.SAMPLE_PATH.parts[1:])))
 
 
+class _Stopped(SystemExit):
+    """SIGTERM after the server ran: a stop, not a failure."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Stopped(128 + signum)
+
+
 def _remove_database(db: str) -> None:
     """The files a database is made of, so that a failed demo leaves nothing behind."""
     for suffix in ("", "-wal", "-shm", "-journal", ".secret"):
@@ -453,6 +467,7 @@ def demo(db: str | None, **kwargs: object) -> None:
         folder = Path(tempfile.mkdtemp(prefix="buildreport-demo-"))
         db = str(folder / "demo.db")
         settings = msgspec.structs.replace(settings, db=db)
+    serving = False
     try:
         conn = _open(db)
         try:
@@ -461,9 +476,13 @@ def demo(db: str | None, **kwargs: object) -> None:
             conn.close()
         click.echo("\n".join(lines))
         sys.stdout.flush()
+        # uvicorn stops on SIGTERM and then raises it again; as an exception it lets the cleanup below run.
+        signal.signal(signal.SIGTERM, _terminated)
+        serving = True
         run_server(settings)
-    except BaseException:
-        _remove_database(db)
+    except BaseException as exc:
+        if not (serving and isinstance(exc, KeyboardInterrupt | _Stopped)):  # a --db of a stopped demo stays
+            _remove_database(db)
         raise
     finally:
         if folder is not None:
