@@ -64,9 +64,11 @@ def _ok(container: Any, description: str) -> ResponseSpec:
     return ResponseSpec(container, description=description, generate_examples=False)
 
 
-def _integer(low: int, high: int, default: int | None = None) -> dict[str, Any]:
+def _integer(low: int, high: int, default: int | None = None, example: int | None = None) -> dict[str, Any]:
     """The documented schema of an integer parameter that the handler reads as text, to validate it itself."""
     extra: dict[str, Any] = {"oneOf": None, "type": OpenAPIType.INTEGER, "minimum": low, "maximum": high}
+    if example is not None:
+        extra["examples"] = [example]
     return extra if default is None else {**extra, "default": default}
 
 
@@ -80,9 +82,9 @@ _MOMENT = {
 }
 _NON_EMPTY = {"oneOf": None, "type": OpenAPIType.STRING, "minLength": 1}
 _TAG = "[^,:]+:[^,]*"
-_TAGS = {**_NON_EMPTY, "pattern": f"^{_TAG}(,{_TAG})*$"}
+_TAGS = {**_NON_EMPTY, "pattern": f"^{_TAG}(,{_TAG})*$", "examples": ["GITHUB_REPOSITORY:acme/webshop,project:web"]}
 _ONE_STATUS = "(" + "|".join(s.value for s in BuildStatus) + ")"
-_STATUSES = {**_NON_EMPTY, "pattern": f"^{_ONE_STATUS}(,{_ONE_STATUS})*$"}
+_STATUSES = {**_NON_EMPTY, "pattern": f"^{_ONE_STATUS}(,{_ONE_STATUS})*$", "examples": ["build_failed,timeout"]}
 
 
 def _errors(*codes: int) -> dict[int, ResponseSpec]:
@@ -118,14 +120,14 @@ FromParam = Annotated[
     QueryParameter(
         description="Date (midnight UTC) or date-time; builds created at or after it. Default: 24 hours ago. "
         "Not later than `create_time_to`.",
-        schema_extra=_MOMENT,
+        schema_extra={**_MOMENT, "examples": ["2026-11-01"]},
     ),
 ]
 ToParam = Annotated[
     str | None,
     QueryParameter(
         description="Date (midnight UTC) or date-time; builds created before it. Default: no bound.",
-        schema_extra=_MOMENT,
+        schema_extra={**_MOMENT, "examples": ["2026-12-01T00:00:00Z"]},
     ),
 ]
 
@@ -145,7 +147,7 @@ async def list_builds(
     create_time_to: ToParam = None,
     status: StatusParam = None,
     limit: Annotated[
-        str | None, QueryParameter(description="1 to 10000; default 500.", schema_extra=_integer(1, 10_000, 500))
+        str | None, QueryParameter(description="1 to 10000; default 500.", schema_extra=_integer(1, 10_000, 500, 50))
     ] = None,
     derivation_path: Annotated[
         str | None, QueryParameter(description="Exact derivation path.", schema_extra=_NON_EMPTY)
@@ -197,7 +199,10 @@ async def summarize_builds(
 
 
 BuildIdParam = Annotated[
-    str, PathParameter(description="Positive 64-bit build identifier.", schema_extra=_integer(1, 2**63 - 1))
+    str,
+    PathParameter(
+        description="Positive 64-bit build identifier.", schema_extra=_integer(1, 2**63 - 1, example=102948)
+    ),
 ]
 
 
@@ -233,7 +238,7 @@ async def get_build_url(
     ttl_seconds: Annotated[
         str | None,
         QueryParameter(
-            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=_integer(1, 604_800, 3_600)
+            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=_integer(1, 604_800, 3_600, 3_600)
         ),
     ] = None,
 ) -> Response[bytes]:
@@ -259,11 +264,15 @@ async def get_usage(
         str | None,
         QueryParameter(
             name="from", description="Date YYYY-MM-DD; default: first day of this month (UTC). Not later than `to`.",
-            schema_extra=_DATE,
+            schema_extra={**_DATE, "examples": ["2026-10-01"]},
         ),
     ] = None,
     to: Annotated[
-        str | None, QueryParameter(description="Date YYYY-MM-DD, exclusive; default: no bound.", schema_extra=_DATE)
+        str | None,
+        QueryParameter(
+            description="Date YYYY-MM-DD, exclusive; default: no bound.",
+            schema_extra={**_DATE, "examples": ["2026-11-01"]},
+        ),
     ] = None,
 ) -> Response[bytes]:
     query = filters.parse_usage_query(query_pairs(request), now_us())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -218,3 +219,41 @@ def serve() -> Iterator[Callable[..., Server]]:
     yield _start
     for server in started:
         server.stop()
+
+
+class Demo:
+    """`buildreport demo` as a newcomer runs it: the bundled sample data, a token per account, its printed lines."""
+
+    def __init__(self, server: Server, output: str) -> None:
+        self.server = server
+        self.url = server.url
+        self.output = output
+        self.tokens = dict(re.findall(r"token for account (\S+): (brt_\S+)", output))
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    folder = tmp_path_factory.mktemp("demo")
+    port = free_port()
+    out = folder / "stdout.txt"
+    log = folder / "server.log"
+    with out.open("wb") as stdout, log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [*buildreport_command(), "demo", "--port", str(port), "--workers", "1", "--no-access-log"],
+            stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(folder)},
+        )
+    server = Server(process, f"http://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"demo exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(server.url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        server.stop()
+        raise RuntimeError(f"demo did not answer within 60s:\n{log.read_text()}")
+    yield Demo(server, out.read_text())
+    server.stop()
