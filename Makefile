@@ -43,7 +43,7 @@ PYINSTALLER_SPEC ?= pyinstaller>=6.10,<7
 
 binary: $(RUN_STAMP)
 	$(BIN)/python -c 'import PyInstaller' 2>/dev/null || $(BIN)/python -m pip install --quiet '$(PYINSTALLER_SPEC)'
-	test -f sample_data/builds.jsonl.gz || $(BIN)/buildreport sample -o sample_data/builds.jsonl.gz
+	test -f buildreport/sample_data/builds.jsonl.gz || $(BIN)/buildreport sample -o buildreport/sample_data/builds.jsonl.gz
 	$(BIN)/pyinstaller --noconfirm --log-level WARN --distpath dist --workpath build packaging/buildreport.spec
 	@ls -l dist/buildreport
 

@@ -9,13 +9,13 @@ from urllib.parse import parse_qsl, urlencode
 import msgspec
 from litestar import Request, Response, Router, get
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import filters
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.errors import NotFound
-from buildreport.models import Build, BuildSummary, BuildURL, Problem, Usage
+from buildreport.models import Build, BuildStatus, BuildSummary, BuildURL, Problem, Usage
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
@@ -64,13 +64,35 @@ def _ok(container: Any, description: str) -> ResponseSpec:
     return ResponseSpec(container, description=description, generate_examples=False)
 
 
-def _integer(low: int, high: int, default: int | None = None) -> dict[str, Any]:
+def _integer(low: int, high: int, default: int | None = None, example: int | None = None) -> dict[str, Any]:
     """The documented schema of an integer parameter that the handler reads as text, to validate it itself."""
     extra: dict[str, Any] = {"oneOf": None, "type": OpenAPIType.INTEGER, "minimum": low, "maximum": high}
+    if example is not None:
+        extra["examples"] = [example]
     return extra if default is None else {**extra, "default": default}
 
 
 _DATE = {"oneOf": None, "type": OpenAPIType.STRING, "format": OpenAPIFormat.DATE}
+# What the filters accept, in the schema language: a date or an RFC 3339 date-time; a non-empty derivation path;
+# comma-separated KEY:VALUE pairs (the key without a colon, no commas anywhere); comma-separated statuses.
+_MOMENT = {
+    "oneOf": None,
+    "type": OpenAPIType.STRING,
+    "anyOf": [Schema(format=OpenAPIFormat.DATE), Schema(format=OpenAPIFormat.DATE_TIME)],
+}
+_NON_EMPTY = {"oneOf": None, "type": OpenAPIType.STRING, "minLength": 1}
+_TAG = "[^,:]+:[^,]*"
+_TAGS = {
+    **_NON_EMPTY,
+    "pattern": f"^{_TAG}(,{_TAG}){{0,{filters.MAX_TAG_PAIRS - 1}}}$",
+    "examples": ["GITHUB_REPOSITORY:acme/webshop,project:web"],
+}
+_ONE_STATUS = "(" + "|".join(s.value for s in BuildStatus) + ")"
+_STATUSES = {
+    **_NON_EMPTY,
+    "pattern": f"^{_ONE_STATUS}(,{_ONE_STATUS}){{0,{filters.MAX_STATUS_VALUES - 1}}}$",
+    "examples": ["build_failed,timeout"],
+}
 
 
 def _errors(*codes: int) -> dict[int, ResponseSpec]:
@@ -91,17 +113,30 @@ def _errors(*codes: int) -> dict[int, ResponseSpec]:
 
 TagsParam = Annotated[
     str | None,
-    QueryParameter(description="Comma-separated `KEY:VALUE` pairs; a build must carry every pair. May be repeated."),
+    QueryParameter(
+        description="Comma-separated `KEY:VALUE` pairs, split at the first colon; a build must carry every pair. "
+        "May be repeated.",
+        schema_extra=_TAGS,
+    ),
 ]
 StatusParam = Annotated[
-    str | None, QueryParameter(description="One or more comma-separated build statuses. May be repeated.")
+    str | None,
+    QueryParameter(description="One or more comma-separated build statuses. May be repeated.", schema_extra=_STATUSES),
 ]
 FromParam = Annotated[
     str | None,
-    QueryParameter(description="ISO 8601 date or date-time; builds created at or after it. Default: 24 hours ago."),
+    QueryParameter(
+        description="Date (midnight UTC) or date-time; builds created at or after it. Default: 24 hours ago. "
+        "Not later than `create_time_to`.",
+        schema_extra={**_MOMENT, "examples": ["2026-11-01"]},
+    ),
 ]
 ToParam = Annotated[
-    str | None, QueryParameter(description="ISO 8601 date or date-time; builds created before it. Default: no bound.")
+    str | None,
+    QueryParameter(
+        description="Date (midnight UTC) or date-time; builds created before it. Default: no bound.",
+        schema_extra={**_MOMENT, "examples": ["2026-12-01T00:00:00Z"]},
+    ),
 ]
 
 
@@ -120,10 +155,18 @@ async def list_builds(
     create_time_to: ToParam = None,
     status: StatusParam = None,
     limit: Annotated[
-        str | None, QueryParameter(description="1 to 10000; default 500.", schema_extra=_integer(1, 10_000, 500))
+        str | None, QueryParameter(description="1 to 10000; default 500.", schema_extra=_integer(1, 10_000, 500, 50))
     ] = None,
-    derivation_path: Annotated[str | None, QueryParameter(description="Exact derivation path.")] = None,
-    cursor: Annotated[str | None, QueryParameter(description="Opaque; taken from a `Link` header.")] = None,
+    derivation_path: Annotated[
+        str | None, QueryParameter(description="Exact derivation path.", schema_extra=_NON_EMPTY)
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        QueryParameter(
+            description="Opaque: taken from the `Link` header of the previous page.",
+            schema_extra={**_NON_EMPTY, "pattern": f"^{filters.CURSOR_PATTERN}$"},
+        ),
+    ] = None,
 ) -> Response[bytes]:
     pairs = query_pairs(request)
     query = filters.parse_list_query(pairs, now_us())
@@ -164,7 +207,10 @@ async def summarize_builds(
 
 
 BuildIdParam = Annotated[
-    str, PathParameter(description="Positive 64-bit build identifier.", schema_extra=_integer(1, 2**63 - 1))
+    str,
+    PathParameter(
+        description="Positive 64-bit build identifier.", schema_extra=_integer(1, 2**63 - 1, example=102948)
+    ),
 ]
 
 
@@ -200,7 +246,7 @@ async def get_build_url(
     ttl_seconds: Annotated[
         str | None,
         QueryParameter(
-            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=_integer(1, 604_800, 3_600)
+            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=_integer(1, 604_800, 3_600, 3_600)
         ),
     ] = None,
 ) -> Response[bytes]:
@@ -225,11 +271,16 @@ async def get_usage(
     from_: Annotated[
         str | None,
         QueryParameter(
-            name="from", description="Date YYYY-MM-DD; default: first day of this month (UTC).", schema_extra=_DATE
+            name="from", description="Date YYYY-MM-DD; default: first day of this month (UTC). Not later than `to`.",
+            schema_extra={**_DATE, "examples": ["2026-10-01"]},
         ),
     ] = None,
     to: Annotated[
-        str | None, QueryParameter(description="Date YYYY-MM-DD, exclusive; default: no bound.", schema_extra=_DATE)
+        str | None,
+        QueryParameter(
+            description="Date YYYY-MM-DD, exclusive; default: no bound.",
+            schema_extra={**_DATE, "examples": ["2026-11-01"]},
+        ),
     ] = None,
 ) -> Response[bytes]:
     query = filters.parse_usage_query(query_pairs(request), now_us())

@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import msgspec
-from litestar import Litestar, MediaType, Request, Response, get
+from litestar import Litestar, Request, Response, Router, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsException, ProblemDetailsPlugin
 
@@ -60,8 +59,14 @@ def _internal_problem(request: Request[Any, Any, Any], exc: Exception) -> Respon
     return problem.to_response(request)
 
 
-@get("/healthz", operation_id="health", summary="Health: 200 when the database answers", tags=["service"])
-async def healthz(request: Request[Any, Any, Any]) -> Response[bytes]:
+@get(
+    "/healthz",
+    operation_id="health",
+    summary="Health: 200 when the database answers",
+    tags=["service"],
+    responses={503: ResponseSpec(Health, description="The database does not answer.", generate_examples=False)},
+)
+async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
     reader: Reader = request.app.state.reader
     problem = reader.file_problem()
     if problem is None:
@@ -71,12 +76,16 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[bytes]:
             problem = f"database unavailable: {exc}"
     if problem is not None:
         return Response(
-            content=msgspec.json.encode(Health(status=problem)),
-            status_code=503,
-            media_type=MediaType.JSON,
-            headers={"Retry-After": "5", "Cache-Control": "no-store"},
+            Health(status=problem), status_code=503, headers={"Retry-After": "5", "Cache-Control": "no-store"}
         )
-    return Response(content=msgspec.json.encode(Health(status="ok")), media_type=MediaType.JSON)
+    return Response(Health(status="ok"))
+
+
+@get("/", include_in_schema=False)
+async def front_door(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """A person who opens the bare address is sent to the API docs."""
+    docs = request.app.state.settings.path_prefix + "/docs"
+    return Response(content=b"", status_code=302, headers={"Location": docs})
 
 
 @get("/favicon.ico", include_in_schema=False)
@@ -86,12 +95,19 @@ async def favicon() -> Response[bytes]:
 
 
 def _openapi() -> OpenAPIConfig:
+    from buildreport.docs import DocsPagePlugin, ExactJsonPlugin
+    from buildreport.web import PAGE_HEADERS
+
     return OpenAPIConfig(
         title="buildreport",
         version=__version__,
         description="Read-only reports on remote Nix builds: builds, summaries, signed links and usage.",
         path="/docs",
-        render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
+        # Served from here, nothing from elsewhere: a page rendered on the server and the exact JSON document.
+        render_plugins=[DocsPagePlugin(), ExactJsonPlugin()],
+        openapi_router=Router(
+            path="/docs", route_handlers=[], include_in_schema=False, response_headers=PAGE_HEADERS
+        ),
         components=Components(
             security_schemes={
                 "bearer": SecurityScheme(type="http", scheme="bearer", description="A `brt_…` API token")
@@ -122,7 +138,9 @@ def create_litestar(settings: Settings) -> Litestar:
     from buildreport.web import web_router  # the signed page is a second face over the same reader
 
     return Litestar(
-        route_handlers=[api_router(settings.rate_limit), web_router(_link_limits(settings)), healthz, favicon],
+        route_handlers=[
+            api_router(settings.rate_limit), web_router(_link_limits(settings)), healthz, favicon, front_door
+        ],
         lifespan=[lifespan],
         plugins=[
             ProblemDetailsPlugin(
@@ -140,7 +158,7 @@ def create_litestar(settings: Settings) -> Litestar:
 
 
 def create_app(settings: Settings) -> Envelope:
-    return Envelope(create_litestar(settings), log_requests=settings.access_log)
+    return Envelope(create_litestar(settings), log_requests=settings.access_log, prefix=settings.path_prefix)
 
 
 def app_from_env() -> Envelope:

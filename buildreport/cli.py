@@ -5,15 +5,20 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import signal
 import socket
 import sqlite3
+import ssl
 import sys
 import tempfile
 import time
 import unicodedata
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
+import msgspec
 
 from buildreport import __version__, config
 from buildreport.config import DEFAULT_RATE_LIMIT, Settings, default_db
@@ -94,6 +99,9 @@ def _check_public_url(ctx: click.Context, param: click.Parameter, value: str | N
         return None
     if len(value) > 2000 or not re.fullmatch(r"https?://[\x21-\x7e]+", value):
         raise click.BadParameter(f"{printable(value)!r} is not an http(s):// address of at most 2000 characters")
+    parts = urlsplit(value)
+    if not parts.netloc or parts.query or parts.fragment:
+        raise click.BadParameter(f"{value!r} is not an http(s) address such as https://builds.example.com/api/v1")
     return value
 
 
@@ -109,16 +117,44 @@ def main() -> None:
 def _serve_options(func):  # type: ignore[no-untyped-def]
     options = [
         click.option(
-            "--host", default="127.0.0.1", show_default=True, envvar="BUILDREPORT_HOST", callback=_check_host
+            "--host",
+            default="127.0.0.1",
+            show_default=True,
+            envvar="BUILDREPORT_HOST",
+            show_envvar=True,
+            callback=_check_host,
+            help="Address to listen on; 0.0.0.0 (or ::) for every interface.",
         ),
         click.option(
-            "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), envvar="BUILDREPORT_PORT"
+            "--port",
+            default=8000,
+            show_default=True,
+            type=click.IntRange(0, 65535),
+            envvar="BUILDREPORT_PORT",
+            show_envvar=True,
+            help="TCP port to listen on.",
         ),
         click.option(
             "--public-url",
             envvar="BUILDREPORT_PUBLIC_URL",
             callback=_check_public_url,
-            help="Address users reach the service at (behind a proxy too); signed links start with it.",
+            show_envvar=True,
+            help="Address users reach the service at (behind a proxy too); signed links and Link headers start "
+            "with it, and a path in it (https://host/api/v1) is where every route is served.",
+        ),
+        click.option(
+            "--tls-cert",
+            envvar="BUILDREPORT_TLS_CERT",
+            show_envvar=True,
+            type=click.Path(dir_okay=False),
+            help="Serve https with this PEM certificate (chain). Needs --tls-key.",
+        ),
+        click.option(
+            "--tls-key",
+            envvar="BUILDREPORT_TLS_KEY",
+            show_envvar=True,
+            type=click.Path(dir_okay=False),
+            help="The PEM private key of --tls-cert.",
         ),
         click.option(
             "--secret-key",
@@ -133,6 +169,7 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             show_default=True,
             type=click.IntRange(0, MAX_RATE_LIMIT),
             envvar="BUILDREPORT_RATE_LIMIT",
+            show_envvar=True,
             help="Requests a minute per token and worker process; 0 turns limiting off.",
         ),
         click.option(
@@ -141,6 +178,7 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             show_default="CPU count, at most 4",
             type=click.IntRange(1, 64),
             envvar="BUILDREPORT_WORKERS",
+            show_envvar=True,
         ),
         click.option("--access-log/--no-access-log", default=True, show_default=True),
         *_limit_options(),
@@ -187,7 +225,35 @@ def _settings(db: str, **kwargs: object) -> Settings:
     if not keys and from_env is not None:
         # Set but empty (or with an empty entry) is a mistake to report, not a reason to generate a key.
         keys = tuple(k.strip() for k in from_env.split(","))
-    return Settings(db=str(db), secret_keys=keys, **kwargs)  # type: ignore[arg-type]
+    settings = Settings(db=str(db), secret_keys=keys, **kwargs)  # type: ignore[arg-type]
+    _check_tls(settings.tls_cert, settings.tls_key)
+    return settings
+
+
+def _check_tls(cert: str | None, key: str | None) -> None:
+    """Refuse, before serving, a certificate and key that are missing, unreadable or not a pair."""
+    if cert is None and key is None:
+        return
+    if cert is None or key is None:
+        raise click.UsageError("--tls-cert and --tls-key go together: give both (or neither)")
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise click.ClickException(f"cannot read TLS file {path} ({flag}): {exc.strerror or exc}") from exc
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, key)
+    except ssl.SSLError as exc:  # readable, but not a matching PEM certificate and key
+        reason = str(exc.reason or exc)
+        if "KEY_VALUES_MISMATCH" in reason.upper():
+            detail = "the key does not belong to the certificate"
+        else:
+            detail = f"not a PEM certificate and its private key ({reason})"
+        raise click.ClickException(f"cannot use --tls-cert {cert} with --tls-key {key}: {detail}") from exc
+    except OSError as exc:  # the files changed in between
+        raise click.ClickException(f"cannot read TLS files {cert} and {key}: {exc.strerror or exc}") from exc
 
 
 def _check_signing_keys(settings: Settings) -> None:
@@ -228,6 +294,8 @@ def run_server(settings: Settings) -> None:
         "max_header_bytes": settings.max_header_bytes, "header_timeout": settings.header_timeout,
         "timeout_keep_alive": settings.keep_alive_timeout, "limit_concurrency": settings.max_connections,
     }
+    if settings.tls_cert:
+        common |= {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key}
     # uvicorn.run, with a Config that carries the head limits to every worker.
     if settings.workers > 1:
         from uvicorn.supervisors import Multiprocess
@@ -505,32 +573,73 @@ def sample(
 
 
 def sample_data_path() -> Path:
-    """The bundled sample dataset, beside the package or inside the executable."""
+    """The sample dataset shipped inside the package (and so inside the executable)."""
+    from importlib.resources import files
+
     from buildreport import sample as gen
 
-    base = Path(getattr(sys, "_MEIPASS", Path(__file__).resolve().parent.parent))
-    return base / gen.SAMPLE_PATH
+    return Path(str(files("buildreport").joinpath(*gen.SAMPLE_PATH.parts[1:])))
+
+
+class _Stopped(SystemExit):
+    """SIGTERM after the server ran: a stop, not a failure."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Stopped(128 + signum)
+
+
+def _remove_database(db: str) -> None:
+    """The files a database is made of, so that a failed demo leaves nothing behind."""
+    from buildreport.store.schema import AUTH_SUFFIX
+
+    for base in (db, db + AUTH_SUFFIX):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(base + suffix).unlink(missing_ok=True)
+    Path(db + ".secret").unlink(missing_ok=True)
 
 
 @main.command()
 @click.option("--db", default=None, help="Database to create (must not exist) [default: a temporary file].")
 @_serve_options
 def demo(db: str | None, **kwargs: object) -> None:
-    """Serve the sample data, shifted so the newest build is now, with a token per account."""
+    """Serve the sample data, shifted so the newest build is now, with a token per account.
+
+    The temporary database (without --db) is removed when the demo stops; a demo that fails to start
+    removes the database it created.
+    """
     from buildreport.demo import prepare_demo
 
-    if db is None:
-        db = str(Path(tempfile.mkdtemp(prefix="buildreport-demo-")) / "demo.db")
-    elif Path(db).exists():
+    if db is not None and Path(db).exists():
         raise click.ClickException(f"{printable(db)} exists; the demo starts from a new database (choose another --db)")
-    settings = _settings(db, **kwargs)
+    settings = _settings(db or "demo.db", **kwargs)  # checked before anything is created
     _check_port(settings.host, settings.port)
-    _check_signing_keys(settings)
-    conn = _open(db)
+    sample = sample_data_path()
+    if not sample.is_file():
+        raise click.ClickException(f"the sample data is missing from this installation ({sample})")
+    folder = None
+    if db is None:
+        folder = Path(tempfile.mkdtemp(prefix="buildreport-demo-"))
+        db = str(folder / "demo.db")
+        settings = msgspec.structs.replace(settings, db=db)
+    serving = False
     try:
-        lines = prepare_demo(conn, settings, sample_data_path(), now_us())
+        _check_signing_keys(settings)
+        conn = _open(db)
+        try:
+            lines = prepare_demo(conn, settings, sample, now_us())
+        finally:
+            conn.close()
+        click.echo("\n".join(lines))
+        sys.stdout.flush()
+        # uvicorn stops on SIGTERM and then raises it again; as an exception it lets the cleanup below run.
+        signal.signal(signal.SIGTERM, _terminated)
+        serving = True
+        run_server(settings)
+    except BaseException as exc:
+        if not (serving and isinstance(exc, KeyboardInterrupt | _Stopped)):  # a --db of a stopped demo stays
+            _remove_database(db)
+        raise
     finally:
-        conn.close()
-    click.echo("\n".join(lines))
-    sys.stdout.flush()
-    run_server(settings)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -41,6 +42,8 @@ class Settings(msgspec.Struct, frozen=True):
     link_rate_limit: int = DEFAULT_LINK_RATE_LIMIT
     log_streams: int = DEFAULT_LOG_STREAMS
     log_streams_per_client: int = DEFAULT_LOG_STREAMS_PER_CLIENT
+    tls_cert: str | None = None  # served over https with this certificate (chain) and key
+    tls_key: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -48,7 +51,12 @@ class Settings(msgspec.Struct, frozen=True):
         if self.public_url:
             return self.public_url.rstrip("/")
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls_cert else 'http'}://{host}:{self.port}"
+
+    @property
+    def path_prefix(self) -> str:
+        """The path of the public URL (e.g. `/api/v1`), under which every route is served; empty for none."""
+        return urlsplit(self.base_url).path.rstrip("/")
 
 
 def default_db() -> str:

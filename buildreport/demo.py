@@ -20,21 +20,24 @@ from buildreport.tokens import new_token
 DEMO_LINK_TTL_US = US_PER_DAY
 
 
-
-def newest_create_us(path: Path) -> int:
-    """The newest creation time in a sample file."""
+def newest_us(path: Path) -> int:
+    """The latest creation or start time in a sample file (a queued build starts after it was created)."""
     decoder = msgspec.json.Decoder(ImportRecord)
     newest = 0
     with open_lines(path) as lines:
         for line in lines:
             if line.strip():
-                newest = max(newest, to_us(decoder.decode(line).create_time))
+                record = decoder.decode(line)
+                newest = max(newest, to_us(record.create_time), to_us(record.start_time))
     return newest
 
 
 def prepare_demo(conn: sqlite3.Connection, settings: Settings, sample: Path, now_us: int) -> list[str]:
-    """Load the sample into `conn` and return what to print: tokens, curl lines, a signed link."""
-    shift = timedelta(microseconds=now_us - newest_create_us(sample))
+    """Load the sample into `conn` and return what to print: tokens, curl lines, a signed link.
+
+    Times are shifted so that the latest moment in the sample is now: nothing starts in the future.
+    """
+    shift = timedelta(microseconds=now_us - newest_us(sample))
 
     def shifted(record: ImportRecord) -> ImportRecord:
         return msgspec.structs.replace(

@@ -1,4 +1,6 @@
-"""The outermost ASGI layer: a request id on every response and log line, HEAD served as GET, access log.
+"""The outermost ASGI layer: a request id on every response and log line, HEAD served as GET, access log,
+and the path prefix of the public URL (`/api/v1`), served with ASGI `root_path` semantics: the routes below
+see paths without it, and anything outside it is a 404.
 
 Values that came from a request are escaped before they reach a log line (control characters shown as
 `\x1b`, `\n`, …), so a request can neither forge log lines nor write terminal escapes into the log.
@@ -85,9 +87,10 @@ def configure_logging() -> None:
 
 
 class Envelope:
-    def __init__(self, app: ASGIApp, *, log_requests: bool = True) -> None:
+    def __init__(self, app: ASGIApp, *, log_requests: bool = True, prefix: str = "") -> None:
         self.app = app
         self.log_requests = log_requests
+        self.prefix = prefix.rstrip("/")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -103,6 +106,15 @@ class Envelope:
         elif method == "OPTIONS":
             # The API answers GET and HEAD only; the router would otherwise answer OPTIONS on every path itself.
             scope = {**scope, "method": "OPTIONS-NOT-SERVED"}
+        path = scope["path"]
+        inside = True
+        if self.prefix:
+            inside = path == self.prefix or path.startswith(self.prefix + "/")
+            if inside:
+                rest = path[len(self.prefix) :] or "/"
+                raw = scope.get("raw_path") or path.encode()
+                raw = raw[len(self.prefix) :] if raw.startswith(self.prefix.encode()) else rest.encode()
+                scope = {**scope, "path": rest, "raw_path": raw or b"/", "root_path": self.prefix}
         started = time.perf_counter()
         status = 0
 
@@ -119,26 +131,34 @@ class Envelope:
         # contains an encoded slash, so such a path names nothing and is answered before routing.
         encoded_slash = b"%2f" in scope.get("raw_path", b"").partition(b"?")[0].lower()
         try:
-            await (_encoded_slash if encoded_slash else self.app)(scope, receive, send_with_id)
+            if not inside:
+                await _not_found(send_with_id, "No such resource")
+            elif encoded_slash:
+                await _not_found(send_with_id, _ENCODED_SLASH)
+            else:
+                await self.app(scope, receive, send_with_id)
         finally:
-            self._log(scope, method, status, time.perf_counter() - started)
+            self._log(scope, method, path, status, time.perf_counter() - started)
             request_id.reset(token)
 
-    def _log(self, scope: Scope, method: str, status: int, seconds: float) -> None:
+    def _log(self, scope: Scope, method: str, path: str, status: int, seconds: float) -> None:
         if self.log_requests:
             client = scope.get("client")
             access_log.info(
                 '%s "%s %s" %d %.1fms',
                 printable(str(client[0])) if client else "-",
                 printable(method),
-                printable(scope["path"]),
+                printable(path),
                 status,
                 seconds * 1000,
             )
 
 
-async def _encoded_slash(scope: Scope, receive: Receive, send: Send) -> None:
-    body = problem_body(404, "No such resource: a path never contains a percent-encoded slash (%2F)")
+_ENCODED_SLASH = "No such resource: a path never contains a percent-encoded slash (%2F)"
+
+
+async def _not_found(send: Send, detail: str) -> None:
+    body = problem_body(404, detail)
     headers = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 404, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -79,8 +79,22 @@ def decode_error(exc: msgspec.MsgspecError) -> tuple[str, str]:
     return "(line)", "not valid JSON: " + message.removeprefix("JSON is malformed: ")
 
 
+def resolve_status(record: ImportRecord) -> tuple[str, str] | None:
+    """Fill in whichever of `build_status` and its alias `status` the record left out; an error if they differ."""
+    given, alias = record.build_status, record.status
+    if given is msgspec.UNSET and alias is msgspec.UNSET:
+        return "build_status", "is required (or its alias status)"
+    if given is not msgspec.UNSET and alias is not msgspec.UNSET and given != alias:
+        return "status", f"is {alias.value!r} but build_status is {given.value!r}; status is an alias of build_status"
+    record.build_status = record.status = given if given is not msgspec.UNSET else alias
+    return None
+
+
 def check_record(record: ImportRecord) -> tuple[str, str] | None:
-    """Rules across fields that the types alone do not express."""
+    """Rules across fields that the types alone do not express; fills in the status alias."""
+    problem = resolve_status(record)
+    if problem is not None:
+        return problem
     for name in ("create_time", "start_time"):
         if not EARLIEST_US <= to_us(getattr(record, name)) <= LATEST_US:
             return name, "must be from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (in UTC)"

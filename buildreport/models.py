@@ -124,6 +124,8 @@ class Build(msgspec.Struct, forbid_unknown_fields=True):
     queue_time_seconds: Seconds
     duration_seconds: Seconds | None
     build_status: BuildStatus
+    # The hosted service's own clients read `status`; both names are always sent, always equal.
+    status: Annotated[BuildStatus, msgspec.Meta(description="Alias of `build_status`: always the same value.")]
     status_message: StatusMessage | None
     cpu_count: CpuCount
     allocated_megabytes: Megabytes
@@ -173,13 +175,22 @@ class Health(msgspec.Struct):
     status: str
 
 
+STATUS_FIELDS = ("build_status", "status")
+
+
 def _import_fields() -> list[tuple[str, Any, Any]]:
-    """Build's fields as an import record takes them: nullable ones, outputs and tags may be left out."""
+    """Build's fields as an import record takes them: nullable ones, outputs and tags may be left out.
+
+    `build_status` and its alias `status` are each optional (ingest requires one of them); an unset one is
+    left out when a record is encoded, so a record written with only `build_status` reads as before.
+    """
     hints = get_type_hints(Build, include_extras=True)
     fields: list[tuple[str, Any, Any]] = []
     for name in Build.__struct_fields__:
         kind = hints[name]
-        if name == "outputs":
+        if name in STATUS_FIELDS:
+            fields.append((name, BuildStatus | msgspec.UnsetType, msgspec.UNSET))
+        elif name == "outputs":
             fields.append((name, kind, msgspec.field(default_factory=list)))
         elif name == "tags":
             fields.append((name, kind, msgspec.field(default_factory=dict)))

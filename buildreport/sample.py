@@ -31,7 +31,7 @@ SAMPLE_DAYS = 30
 SAMPLE_ACCOUNTS = ("acme", "globex")
 SAMPLE_SEED = 1
 SAMPLE_END = datetime(2026, 11, 1, tzinfo=UTC)
-SAMPLE_PATH = Path("sample_data/builds.jsonl.gz")
+SAMPLE_PATH = Path("buildreport/sample_data/builds.jsonl.gz")  # inside the package, from the checkout
 
 _BASE_BUILD_ID = 100_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -171,18 +171,25 @@ def _prefix(request: Request[Any, Any, Any]) -> str:
     return urlsplit(request.app.state.settings.base_url).path.rstrip("/")
 
 
-def _render(
-    request: Request[Any, Any, Any], template: str, code: int = 200, headers: dict[str, str] | None = None,
-    **values: Any,
-) -> Response[bytes]:
+def render_page(request: Request[Any, Any, Any], template: str, **values: Any) -> bytes:
+    """A page from the templates, its stylesheet and icons linked under the service's path."""
     prefix = _prefix(request)
 
     def static(name: str) -> str:
         return f"{prefix}/b/static/{name}?v={_STATIC_VERSION[name]}"
 
-    body = _TEMPLATES.get_template(template).render(static=static, now=from_us(now_us()), **values)
-    all_headers = {**PAGE_HEADERS, **(headers or {})}
-    return Response(content=body.encode(), status_code=code, media_type=HTML, headers=all_headers)
+    return _TEMPLATES.get_template(template).render(static=static, now=from_us(now_us()), **values).encode()
+
+
+def _render(
+    request: Request[Any, Any, Any],
+    template: str,
+    code: int = 200,
+    headers: dict[str, str] | None = None,
+    **values: Any,
+) -> Response[bytes]:
+    body = render_page(request, template, **values)
+    return Response(content=body, status_code=code, media_type=HTML, headers={**PAGE_HEADERS, **(headers or {})})
 
 
 Token = Annotated[str, PathParameter(description="A signed build link.")]

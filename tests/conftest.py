@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -82,6 +83,7 @@ class Env:
         return Settings(**values)
 
     def client(self, **overrides: Any) -> TestClient:
+        open_database(self.db).close()  # as `serve` does before it starts; the app itself never creates one
         return TestClient(create_app(self.settings(**overrides)), base_url="http://testserver.local")
 
 
@@ -123,8 +125,54 @@ class Server:
         return self.process.returncode
 
 
-def start_server(db: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 20.0) -> Server:
-    """`buildreport serve` on a free port of 127.0.0.1, once /healthz answers."""
+def self_signed(folder: Path, name: str = "server") -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost and its key, made now (PEM files in `folder`)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "buildreport test")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / f"{name}.crt", folder / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+def start_server(
+    db: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 20.0,
+    scheme: str = "http",
+    prefix: str = "",
+    verify: Any = True,
+) -> Server:
+    """`buildreport serve` on a free port of 127.0.0.1, once /healthz (under `prefix`) answers."""
     port = free_port()
     log = db.parent / f"server-{port}.log"
     command = [
@@ -138,19 +186,20 @@ def start_server(db: Path, *args: str, env: dict[str, str] | None = None, timeou
         str(port),
         "--workers",
         "1",
+        *(("--public-url", f"{scheme}://127.0.0.1:{port}{prefix}") if prefix else ()),
         *args,
     ]
     handle = log.open("wb")
     process = subprocess.Popen(
         command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}
     )
-    url = f"http://127.0.0.1:{port}"
+    url = f"{scheme}://127.0.0.1:{port}{prefix}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
         try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+            if httpx.get(url + "/healthz", timeout=1, verify=verify).status_code == 200:
                 return Server(process, url, log)
         except httpx.HTTPError:
             pass
@@ -171,3 +220,41 @@ def serve() -> Iterator[Callable[..., Server]]:
     yield _start
     for server in started:
         server.stop()
+
+
+class Demo:
+    """`buildreport demo` as a newcomer runs it: the bundled sample data, a token per account, its printed lines."""
+
+    def __init__(self, server: Server, output: str) -> None:
+        self.server = server
+        self.url = server.url
+        self.output = output
+        self.tokens = dict(re.findall(r"token for account (\S+): (brt_\S+)", output))
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    folder = tmp_path_factory.mktemp("demo")
+    port = free_port()
+    out = folder / "stdout.txt"
+    log = folder / "server.log"
+    with out.open("wb") as stdout, log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [*buildreport_command(), "demo", "--port", str(port), "--workers", "1", "--no-access-log"],
+            stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(folder)},
+        )
+    server = Server(process, f"http://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"demo exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(server.url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        server.stop()
+        raise RuntimeError(f"demo did not answer within 60s:\n{log.read_text()}")
+    yield Demo(server, out.read_text())
+    server.stop()

@@ -11,7 +11,7 @@ import pytest
 from conftest import NOW, Env, auth, record
 
 FIELDS = [
-    "build_id", "create_time", "start_time", "queue_time_seconds", "duration_seconds", "build_status",
+    "build_id", "create_time", "start_time", "queue_time_seconds", "duration_seconds", "build_status", "status",
     "status_message", "cpu_count", "allocated_megabytes", "cpu_seconds", "average_cpu_utilization",
     "peak_memory_use_kilobytes", "peak_storage_use_kilobytes", "derivation_path", "outputs", "system", "tags",
     "restart_of_build_id", "restarted_as_build_id",
@@ -281,7 +281,7 @@ def test_link_uses_the_configured_public_url(env):
     env.load([record(1), record(2)])
     secret = env.token()
     with env.client(public_url="https://builds.example.com/report/") as client:
-        response = client.get("/builds", params={"limit": 1}, headers=auth(secret))
+        response = client.get("/report/builds", params={"limit": 1}, headers=auth(secret))
     link = next_link(response)
     assert link is not None
     assert link.startswith("https://builds.example.com/report/builds?")
@@ -685,7 +685,7 @@ def test_url_is_absolute_from_the_public_url(env):
     env.load([record(7)])
     secret = env.token()
     with env.client(public_url="https://builds.example.com/report/") as client:
-        url = client.get("/builds/7/url", headers=auth(secret)).json()["url"]
+        url = client.get("/report/builds/7/url", headers=auth(secret)).json()["url"]
     assert url.startswith("https://builds.example.com/report/")
     assert "//" not in url.removeprefix("https://")
 
@@ -848,3 +848,15 @@ def test_reimport_moves_a_build_in_lists_summaries_and_usage(env):
         assert client.get("/usage", params={"from": "2000-01-01"}, headers=auth(secret)).json() == {
             "billable_cpu_seconds": 9, "billable_build_count": 1,
         }
+
+
+def test_every_build_carries_status_equal_to_build_status(env):
+    env.load([record(1, build_status="build_failed"), record(2), record(3, build_status="running")])
+    secret = env.token()
+    with env.client() as client:
+        listed = client.get("/builds", headers=auth(secret)).json()
+        one = client.get("/builds/1", headers=auth(secret)).json()
+    assert {(b["build_id"], b["status"], b["build_status"]) for b in listed} == {
+        (1, "build_failed", "build_failed"), (2, "built", "built"), (3, "running", "running"),
+    }
+    assert one["status"] == one["build_status"] == "build_failed"

@@ -81,12 +81,18 @@ def test_demo_refuses_a_weak_key_before_creating_anything(tmp_path):
     assert not db.exists()
 
 
+# Options that are not limits; every other `serve` option is one and is listed under "Security and limits".
+NOT_LIMITS = (
+    "--db", "--host", "--port", "--public-url", "--workers", "--access-log", "--secret-key", "--tls-cert", "--tls-key"
+)
+
+
 def test_readme_documents_every_serve_limit_and_its_default():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## Security and limits", 1)[1].split("\n## ", 1)[0]
     for option in serve.params:
         name = option.opts[0]
-        if name in ("--db", "--host", "--port", "--public-url", "--workers", "--access-log", "--secret-key"):
+        if name in NOT_LIMITS:
             continue
         assert f"`{name}`" in section, name
         envvar = option.envvar

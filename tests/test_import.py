@@ -214,3 +214,41 @@ def test_times_with_offsets_are_stored_in_utc(tmp_path):
     )
     body = json.loads(sqlite3.connect(db).execute("SELECT body FROM builds").fetchone()[0])
     assert (body["create_time"], body["start_time"]) == ("2026-11-21T07:33:16.500000Z", "2026-11-21T07:33:17Z")
+
+
+# --- `status`, the alias of `build_status` -------------------------------------------------------
+
+
+def test_import_takes_status_in_place_of_build_status(tmp_path):
+    given = record(5)
+    del given["build_status"]
+    given["status"] = "built"
+    failed = record(6, build_status="timeout")
+    del failed["build_status"]
+    failed["status"] = "timeout"
+    run_import(tmp_path / "t.db", write_jsonl(tmp_path / "a.jsonl", [given, failed]))
+    assert (stored(tmp_path / "t.db", 5).build_status, stored(tmp_path / "t.db", 5).status) == ("built", "built")
+    assert (stored(tmp_path / "t.db", 6).build_status, stored(tmp_path / "t.db", 6).status) == ("timeout", "timeout")
+
+
+def test_import_with_both_status_names_equal_is_the_same_build(tmp_path):
+    run_import(tmp_path / "t.db", write_jsonl(tmp_path / "a.jsonl", [record(5, build_status="timeout")]))
+    again = run_import(tmp_path / "t.db", write_jsonl(tmp_path / "b.jsonl", [
+        record(5, build_status="timeout", status="timeout"),
+    ]))
+    assert again.stats.unchanged == 1
+
+
+@pytest.mark.parametrize(("fields", "field", "reason"), [
+    ({"build_status": "built", "status": "timeout"}, "status", "is 'timeout' but build_status is 'built'"),
+    ({"build_status": None}, "build_status", "is required (or its alias status)"),
+])
+def test_import_refuses_a_missing_or_contradicting_status(tmp_path, fields, field, reason):
+    bad = record(5, **fields)
+    if bad["build_status"] is None:
+        del bad["build_status"]
+    path = write_jsonl(tmp_path / "a.jsonl", [record(4), bad])
+    with pytest.raises(ImportFailed) as failure:
+        run_import(tmp_path / "t.db", path)
+    (error,) = failure.value.errors
+    assert str(error).startswith(f"{path}:2: {field}: {reason}")

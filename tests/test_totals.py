@@ -22,6 +22,7 @@ from buildreport.store.totals import FULL_RECOMPUTE_THRESHOLD, US_PER_DAY, US_PE
 from buildreport.times import to_us
 
 ORIGIN = datetime(2026, 10, 1, tzinfo=UTC)
+ACCOUNT_OF = ("acme", "globex")
 FINISHED = [s.value for s in BuildStatus if s.value not in ("pending", "running")]
 
 
@@ -51,7 +52,6 @@ def stored_totals(conn: sqlite3.Connection) -> tuple[list[tuple], list[tuple], l
 build_strategy = st.fixed_dictionaries(
     {
         "build_id": st.integers(1, 40),
-        "account": st.sampled_from(["acme", "globex"]),
         "minutes": st.integers(0, 60 * 24 * 3),
         "status": st.sampled_from([s.value for s in BuildStatus]),
         "duration": st.integers(0, 60 * 60 * 30),
@@ -66,7 +66,7 @@ def to_record(spec: dict) -> dict:
     create = ORIGIN + timedelta(minutes=spec["minutes"])
     return record(
         spec["build_id"],
-        account=spec["account"] if spec["build_id"] % 2 else "acme",  # even ids stay in one account
+        account=ACCOUNT_OF[spec["build_id"] % 2],  # a build never moves between accounts: every batch is valid
         create_time=create,
         start_time=(create + timedelta(seconds=7)).isoformat(),
         build_status=status,
@@ -84,14 +84,16 @@ def test_totals_equal_a_fresh_computation_after_any_imports(batches):
         conn = open_database(db)
         for number, batch in enumerate(batches):
             unique = {spec["build_id"]: spec for spec in batch}  # one record per build id and import
-            records = [to_record(spec) for spec in unique.values()]
-            if any(r["account"] == "globex" and r["build_id"] % 2 == 0 for r in records):
-                continue
-            path = write_jsonl(Path(tmp) / f"{number}.jsonl", records)
-            try:
-                import_files(conn, [path], 0)
-            except ImportFailed as exc:  # an id moving between accounts is refused as a whole; totals stay right
-                assert all("another account" in str(error) for error in exc.errors)
+            path = write_jsonl(Path(tmp) / f"{number}.jsonl", [to_record(spec) for spec in unique.values()])
+            result = import_files(conn, [path], 0)
+            assert result.records == len(unique)
+        # A refused import (a build moving to another account) changes no total either.
+        before = stored_totals(conn)
+        moved = {**to_record(batches[0][0]), "account": ACCOUNT_OF[(batches[0][0]["build_id"] + 1) % 2]}
+        with pytest.raises(ImportFailed) as refused:
+            import_files(conn, [write_jsonl(Path(tmp) / "moved.jsonl", [moved])], 0)
+        assert [error.field for error in refused.value.errors] == ["build_id"]
+        assert stored_totals(conn) == before
         hourly, daily, usage = stored_totals(conn)
         assert hourly == totals_from_builds(conn, US_PER_HOUR)
         assert daily == totals_from_builds(conn, US_PER_DAY)

@@ -104,6 +104,18 @@ MIGRATIONS: tuple[str, ...] = (
         hourly_totals=_TOTALS_TABLE.format(name="hourly_totals"),
         daily_totals=_TOTALS_TABLE.format(name="daily_totals"),
     ),
+    # Builds carry `status`, an alias of `build_status`, right after it: stored JSON gains it in place, byte for
+    # byte as the encoder writes it now (the first `"build_status":` is the build's own; tags come after it).
+    """
+    UPDATE builds SET body = CAST(
+        substr(CAST(body AS TEXT), 1, instr(CAST(body AS TEXT), '"build_status":"' || status || '"')
+               + length('"build_status":"' || status || '"') - 1)
+        || ',"status":"' || status || '"'
+        || substr(CAST(body AS TEXT), instr(CAST(body AS TEXT), '"build_status":"' || status || '"')
+                  + length('"build_status":"' || status || '"'))
+        AS BLOB);
+    UPDATE builds SET body_hash = buildreport_body_hash(body);
+    """,
 )
 MIGRATIONS += (
     # Tokens live in the file beside the database (AUTH_MIGRATIONS); open_database copies them there first.
@@ -188,6 +200,9 @@ def migrate(
     app_id: int = APPLICATION_ID,
 ) -> None:
     """Bring the schema up to date, each step in its own transaction."""
+    from buildreport.store.writer import body_hash  # the digest stored beside each build's JSON
+
+    conn.create_function("buildreport_body_hash", 1, body_hash, deterministic=True)
     latest = len(migrations)
     version = check_version(conn, path, app_id, latest)
     if version < latest and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -310,9 +325,11 @@ def open_database(path: Path | str, *, create: bool = True) -> sqlite3.Connectio
         raise DatabaseError(f"cannot write to {path}: {exc.strerror}") from exc
     try:
         conn = connect_existing(path)
-        legacy = check_version(conn, path) == 1
-        if legacy or not auth_path(path).exists() or check_version(conn, path) < SCHEMA_VERSION:
-            _open_auth(path, legacy)
+        check_version(conn, path)
+        # Databases made before tokens moved to their own file still hold them.
+        legacy = conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'tokens'").fetchone()
+        if legacy is not None or not auth_path(path).exists() or check_version(conn, path) < SCHEMA_VERSION:
+            _open_auth(path, legacy is not None)
         migrate(conn, path)
     except sqlite3.DatabaseError as exc:
         raise _describe(path, exc) from exc

@@ -27,6 +27,8 @@ from buildreport.store.totals import (
 from buildreport.times import to_us
 
 _BUILD_FIELD_COUNT = len(Build.__struct_fields__)
+_STATUS_AT = Build.__struct_fields__.index("build_status")  # `status`, its alias, follows it
+assert Build.__struct_fields__[_STATUS_AT + 1] == "status"
 _ENCODER = msgspec.json.Encoder()
 # Stored JSON is read back as plain data: a row written before a range was narrowed still re-imports.
 _STORED = msgspec.json.Decoder(dict[str, Any])
@@ -123,7 +125,9 @@ ON CONFLICT (build_id) DO UPDATE SET
 
 def to_build(record: ImportRecord) -> Build:
     """The Build part of an import record (its leading fields), with its times in UTC."""
-    build = Build(*msgspec.structs.astuple(record)[:_BUILD_FIELD_COUNT])
+    values = msgspec.structs.astuple(record)[:_BUILD_FIELD_COUNT]
+    status = record.build_status if record.build_status is not msgspec.UNSET else record.status
+    build = Build(*values[:_STATUS_AT], status, status, *values[_STATUS_AT + 2 :])
     if build.create_time.tzinfo is not UTC or build.start_time.tzinfo is not UTC:
         build.create_time = build.create_time.astimezone(UTC)
         build.start_time = build.start_time.astimezone(UTC)

@@ -1,0 +1,254 @@
+"""The API's documentation, served by buildreport itself: the OpenAPI document and a page that shows it.
+
+Litestar generates the document from the handlers and the msgspec structs. `finish_document` then adds
+what the handlers cannot say about themselves (the headers every answer carries, the 304, 405 and 503
+answers) and makes exact what the generator approximates (64-bit integer bounds written as floats).
+The page at /docs is rendered on the server from the same document: no script, nothing from elsewhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from litestar import MediaType, Request
+from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
+
+from buildreport.web import render_page
+
+JSON = dict[str, Any]
+MAX_INT64 = 2**63 - 1
+API_TAG = "builds"
+_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+_HEADERS: JSON = {
+    "ETag": {"description": "A validator of this answer: send it back in `If-None-Match` to get a 304.",
+             "schema": {"type": "string"}},
+    "Cache-Control": {"description": "`private, no-cache`: clients revalidate with the ETag.",
+                      "schema": {"type": "string"}},
+    "Vary": {"description": "`Authorization`: answers differ between tokens.", "schema": {"type": "string"}},
+    "Link": {"description": 'The next page, `<URL>; rel="next"` (RFC 8288), when more builds match than were '
+                            "returned.", "schema": {"type": "string"}},
+    "X-Request-ID": {"description": "The request's id (the client's own when it sent a reasonable one); server "
+                                    "log lines carry it too.", "schema": {"type": "string", "minLength": 1}},
+    "RateLimit-Limit": {"description": "Requests a minute this token may make (when rate limiting is on).",
+                        "schema": {"type": "integer", "minimum": 1}},
+    "RateLimit-Remaining": {"description": "Requests left in the current minute (when rate limiting is on).",
+                            "schema": {"type": "integer", "minimum": 0}},
+    "RateLimit-Reset": {"description": "Seconds until the current minute ends (when rate limiting is on).",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 60}},
+    "Retry-After": {"description": "Seconds to wait before trying again.",
+                    "schema": {"type": "integer", "minimum": 0}},
+    "WWW-Authenticate": {"description": 'The bearer challenge (RFC 6750): `Bearer realm="buildreport"`, with '
+                                        "`error` when a token was sent.", "schema": {"type": "string"}},
+    "Allow": {"description": "The methods the path answers: `GET, HEAD`.", "schema": {"type": "string"}},
+}
+_RATE = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+_PROBLEM = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+IF_NONE_MATCH: JSON = {
+    "name": "If-None-Match",
+    "in": "header",
+    "required": False,
+    "description": "An ETag from an earlier answer (or `*`): when it still matches, the answer is a 304 "
+    "with no body.",
+    "schema": {"type": "string"},
+}
+
+
+def _refs(*names: str, required: tuple[str, ...] = ()) -> JSON:
+    return {
+        name: {"$ref": f"#/components/headers/{name}"} if name not in required
+        else {**_HEADERS[name], "required": True}
+        for name in names
+    }
+
+
+def _exact_integers(node: Any) -> Any:
+    """Integer bounds as integers: the generator writes 2**63 - 1 as the float 2**63, one past the limit."""
+    if isinstance(node, dict):
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            value = node.get(key)
+            if isinstance(value, float) and value.is_integer():
+                node[key] = MAX_INT64 if value >= MAX_INT64 else int(value)
+        for value in node.values():
+            _exact_integers(value)
+    elif isinstance(node, list):
+        for value in node:
+            _exact_integers(value)
+    return node
+
+
+def _single_refs(node: Any) -> Any:
+    """`allOf` around one `$ref` (how the generator attaches a description) as the `$ref` itself (OpenAPI 3.1)."""
+    if isinstance(node, dict):
+        all_of = node.get("allOf")
+        if isinstance(all_of, list) and len(all_of) == 1 and set(all_of[0]) == {"$ref"}:
+            del node["allOf"]
+            node["$ref"] = all_of[0]["$ref"]
+        for value in node.values():
+            _single_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            _single_refs(value)
+    return node
+
+
+def _api_operation(path: str, operation: JSON) -> None:
+    """Headers and answers every API operation shares, beside the ones its handler declares."""
+    operation.setdefault("parameters", []).append(dict(IF_NONE_MATCH))
+    responses = operation["responses"]
+    ok = responses["200"]
+    ok["headers"] = _refs("ETag", "Cache-Control", "Vary", "X-Request-ID", *_RATE, required=("ETag", "X-Request-ID"))
+    if path == "/builds":
+        ok["headers"]["Link"] = {"$ref": "#/components/headers/Link"}
+    responses["304"] = {
+        "description": "Not modified: the `If-None-Match` ETag still matches. No body.",
+        "headers": _refs("ETag", "Cache-Control", "Vary", "X-Request-ID", *_RATE, required=("ETag", "X-Request-ID")),
+    }
+    for code, answer in responses.items():
+        if code.startswith(("4", "5")):
+            answer.setdefault("headers", {}).update(_refs("X-Request-ID", required=("X-Request-ID",)))
+    responses["401"]["headers"].update(_refs("WWW-Authenticate", required=("WWW-Authenticate",)))
+    responses["403"]["headers"].update(_refs("WWW-Authenticate", required=("WWW-Authenticate",)))
+    responses["429"]["headers"].update(_refs("Retry-After", *_RATE, required=("Retry-After",)))
+    _shared_failures(responses)
+
+
+def _shared_failures(responses: JSON) -> None:
+    responses["405"] = {
+        "description": "Any method but GET or HEAD.",
+        "headers": _refs("Allow", "X-Request-ID", required=("Allow", "X-Request-ID")),
+        "content": copy.deepcopy(_PROBLEM),
+    }
+    responses["503"] = {
+        "description": "The database cannot be read right now.",
+        "headers": _refs("Retry-After", "X-Request-ID", required=("X-Request-ID",)),
+        "content": copy.deepcopy(_PROBLEM),
+    }
+
+
+def finish_document(document: JSON, base_url: str) -> JSON:
+    """The generated document, made exact; `base_url` is where the service is reached (its path included)."""
+    doc = _single_refs(_exact_integers(copy.deepcopy(document)))
+    doc["servers"] = [{"url": base_url, "description": "This service."}]
+    doc.setdefault("components", {})["headers"] = copy.deepcopy(_HEADERS)
+    for path, item in doc["paths"].items():
+        for method, operation in item.items():
+            if method not in _METHODS:
+                continue
+            if method == "get" and API_TAG in operation.get("tags", ()):
+                _api_operation(path, operation)
+                continue
+            for code, answer in operation["responses"].items():
+                answer.setdefault("headers", {}).update(_refs("X-Request-ID", required=("X-Request-ID",)))
+                if code in ("401", "403"):
+                    answer["headers"].update(_refs("WWW-Authenticate", required=("WWW-Authenticate",)))
+            health = operation["responses"].get("503") if path == "/healthz" else None
+            _shared_failures(operation["responses"])
+            if health is not None:  # /healthz says what is wrong in its own shape
+                operation["responses"]["503"] = health
+    return doc
+
+
+class ExactJsonPlugin(JsonRenderPlugin):
+    """`/docs/openapi.json`: the finished document, encoded once."""
+
+    def __init__(self) -> None:
+        super().__init__(path="/openapi.json")
+        self._body: bytes | None = None
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: JSON) -> bytes:
+        if self._body is None:
+            settings = request.app.state.settings
+            self._body = json.dumps(finish_document(openapi_schema, settings.base_url)).encode()
+        return self._body
+
+
+class DocsPagePlugin(OpenAPIRenderPlugin):
+    """`/docs`: the document as a page, rendered here from the same finished document."""
+
+    def __init__(self) -> None:
+        super().__init__(path="/", media_type=MediaType.HTML)
+        self._body: bytes | None = None
+
+    def render(self, request: Request[Any, Any, Any], openapi_schema: JSON) -> bytes:
+        if self._body is None:
+            base_url = request.app.state.settings.base_url
+            doc = finish_document(openapi_schema, base_url)
+            self._body = render_page(request, "docs.html", **page_values(doc, base_url))
+        return self._body
+
+
+def _type_text(schema: JSON) -> str:
+    """A schema in a few words: `integer 1…10000`, `Build[]`, `string | null`."""
+    if "$ref" in schema:
+        return schema["$ref"].rsplit("/", 1)[-1]
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            return " | ".join(_type_text(s) for s in schema[key])
+    kind = schema.get("type", "any")
+    if isinstance(kind, list):
+        return " | ".join(kind)
+    if kind == "array":
+        return _type_text(schema.get("items", {})) + "[]"
+    if kind == "object" and "additionalProperties" in schema:
+        return f"object of {_type_text(schema['additionalProperties'])}"
+    text = kind + (f" ({schema['format']})" if "format" in schema else "")
+    if "enum" in schema:
+        text += ": " + ", ".join(str(v) for v in schema["enum"])
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if low is not None or high is not None:
+        text += f" {'' if low is None else low}…{'' if high is None else high}"
+    if schema.get("minLength"):
+        text += f", at least {schema['minLength']} character{'s' if schema['minLength'] != 1 else ''}"
+    return text
+
+
+def page_values(doc: JSON, base_url: str) -> JSON:
+    """What docs.html shows: operations with their parameters and answers, then every schema."""
+    operations = []
+    for path, item in doc["paths"].items():
+        operation = item["get"]
+        operations.append({
+            "id": operation.get("operationId", path),
+            "path": path,
+            "summary": operation.get("summary", ""),
+            "description": operation.get("description", ""),
+            "secured": bool(operation.get("security")),
+            "parameters": [
+                {"name": p["name"], "in": p["in"], "required": p.get("required", False),
+                 "type": _type_text(p.get("schema", {})), "description": p.get("description", "")}
+                for p in operation.get("parameters", [])
+            ],
+            "responses": [
+                {"code": code, "description": answer.get("description", ""),
+                 "type": next((_type_text(m["schema"]) for m in answer.get("content", {}).values()), ""),
+                 "headers": sorted(answer.get("headers", {}))}
+                for code, answer in sorted(operation["responses"].items())
+            ],
+        })
+    schemas = []
+    for name, schema in doc.get("components", {}).get("schemas", {}).items():
+        required = set(schema.get("required", ()))
+        schemas.append({
+            "name": name,
+            "description": schema.get("description", ""),
+            "type": "" if "properties" in schema else _type_text(schema),
+            "properties": [
+                {"name": field, "type": _type_text(sub), "required": field in required,
+                 "description": sub.get("description", "")}
+                for field, sub in schema.get("properties", {}).items()
+            ],
+        })
+    return {
+        "title": doc["info"]["title"],
+        "version": doc["info"]["version"],
+        "description": doc["info"].get("description", ""),
+        "base_url": base_url,
+        "document_url": urlsplit(base_url).path.rstrip("/") + "/docs/openapi.json",
+        "operations": operations,
+        "schemas": schemas,
+        "icon": "link",
+    }

@@ -1,0 +1,109 @@
+"""The API's own documentation: a page that loads nothing from elsewhere, and a document no fuzzer can fault."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+from conftest import auth, record
+
+from buildreport.cli import main
+from buildreport.docs import MAX_INT64
+
+HOOKS = Path(__file__).resolve().parent / "schemathesis_hooks.py"
+PHASES = "examples,coverage,fuzzing,stateful"
+MAX_EXAMPLES = 60
+
+
+def test_docs_page_loads_nothing_from_elsewhere(env):
+    env.load([record(1)])
+    with env.client() as client:
+        page = client.get("/docs")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert "<script" not in page.text
+    references = re.findall(r'(?:src|href)="([^"]*)"', page.text)
+    assert references and all(ref.startswith(("/", "#")) for ref in references), references
+    for operation in ("listBuilds", "summarizeBuilds", "getBuild", "getBuildUrl", "getUsage", "health"):
+        assert f'id="{operation}"' in page.text
+    assert "Alias of <code>build_status</code>" in page.text or "Alias of `build_status`" in page.text
+
+
+def test_front_door_leads_to_the_docs(env):
+    with env.client() as client:
+        answer = client.get("/", follow_redirects=False)
+    assert answer.status_code == 302 and answer.headers["location"] == "/docs"
+
+
+def test_serve_help_documents_host_port_and_their_environment():
+    text = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200).output
+    for words in ("--host", "BUILDREPORT_HOST", "--port", "BUILDREPORT_PORT", "--tls-cert", "BUILDREPORT_TLS_CERT",
+                  "--tls-key", "BUILDREPORT_TLS_KEY", "BUILDREPORT_PUBLIC_URL"):
+        assert words in text, words
+
+
+def test_document_states_exact_bounds_headers_and_answers(env):
+    with env.client() as client:
+        doc = client.get("/docs/openapi.json").json()
+    build = doc["components"]["schemas"]["Build"]["properties"]
+    assert build["build_id"]["maximum"] == MAX_INT64 and isinstance(build["build_id"]["maximum"], int)
+    assert build["status"]["$ref"].endswith("/BuildStatus") and "build_status" in build["status"]["description"]
+    health = doc["paths"]["/healthz"]["get"]["responses"]
+    assert health["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Health")
+    assert health["503"]["content"]["application/json"]["schema"]["$ref"].endswith("/Health")
+    builds = doc["paths"]["/builds"]["get"]
+    assert {"ETag", "Link", "X-Request-ID", "RateLimit-Limit"} <= set(builds["responses"]["200"]["headers"])
+    assert "WWW-Authenticate" in builds["responses"]["401"]["headers"]
+    assert "Retry-After" in builds["responses"]["429"]["headers"]
+    assert "Allow" in builds["responses"]["405"]["headers"]
+    params = {p["name"]: p["schema"] for p in builds["parameters"]}
+    for name in ("tags", "status", "derivation_path", "cursor"):
+        assert params[name]["minLength"] == 1, name
+    assert "If-None-Match" in params
+
+
+def test_document_describes_what_the_server_answers(env):
+    """Each documented header of an answer is sent with it, and each answer sent is documented."""
+    env.load([record(1), record(2)])
+    secret = env.token()
+    with env.client() as client:
+        doc = client.get("/docs/openapi.json").json()
+        ok = client.get("/builds", params={"limit": 1}, headers=auth(secret))
+        not_modified = client.get("/builds/1", headers={**auth(secret), "If-None-Match": "*"})
+        refused = client.post("/builds/1", headers=auth(secret))
+    documented = {name.lower() for name in doc["paths"]["/builds"]["get"]["responses"]["200"]["headers"]}
+    assert documented <= {name.lower() for name in ok.headers}
+    assert not_modified.status_code == 304 and "304" in doc["paths"]["/builds/{build_id}"]["get"]["responses"]
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"
+
+
+def test_schemathesis_finds_nothing_in_the_document(demo):
+    """Every operation, every check, every phase, against a real server on the sample data with a valid token."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "schemathesis.cli", "run", f"{demo.url}/docs/openapi.json",
+            "--header", f"Authorization: Bearer {demo.tokens['acme']}",
+            "--checks", "all", "--phases", PHASES, "--max-examples", str(MAX_EXAMPLES),
+            "--workers", "1", "--seed", "20261123", "--generation-deterministic", "--no-color",
+            "--max-failures", "20",
+        ],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        env={**os.environ, "SCHEMATHESIS_HOOKS": HOOKS.stem, "PYTHONPATH": str(HOOKS.parent)},
+    )
+    seconds = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "No issues found" in output
+    operations = re.search(r"Operations:\s+(\d+) selected / (\d+) total", output)
+    assert operations and operations[1] == operations[2] == "6", output[-3000:]
+    cases = re.search(r"(\d+) generated, (\d+) passed", output)
+    assert cases and cases[1] == cases[2] and int(cases[1]) > 300, output[-3000:]
+    print(f"schemathesis: {operations[1]} operations, {cases[1]} cases, {seconds:.1f}s")

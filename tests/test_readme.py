@@ -1,0 +1,70 @@
+"""The README's examples run as printed against the demo a newcomer starts with `make demo`."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import httpx
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+_VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+
+
+def curl_lines(text: str) -> list[str]:
+    """Every `curl` command in the README's shell blocks, as printed."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            inside = line.strip() == "```sh"
+            continue
+        if inside and line.strip().startswith("curl "):
+            lines.append(line.strip())
+    return lines
+
+
+def expand(text: str, values: dict[str, str]) -> str:
+    return _VARIABLE.sub(lambda m: values[m[1] or m[2]], text)
+
+
+def run_curl(line: str, values: dict[str, str]) -> httpx.Response:
+    """A GET as curl sends it: the URL byte for byte (curl sends non-ASCII and spaces raw), the -H headers."""
+    words = shlex.split(line)
+    assert words[0] == "curl"
+    headers, urls = {}, []
+    rest = iter(words[1:])
+    for word in rest:
+        if word == "-H":
+            name, _, value = expand(next(rest), values).partition(":")
+            headers[name.strip()] = value.strip()
+        else:
+            urls.append(expand(word, values))
+    (url,) = urls
+    assert url.isascii() and " " not in url, f"{url!r} breaks the request line"
+    return httpx.get(url, headers=headers, timeout=30)
+
+
+def test_the_readme_sets_base_and_header_as_the_examples_use_them():
+    text = README.read_text()
+    assert "BASE=http://127.0.0.1:8000\n" in text
+    assert 'H="Authorization: Bearer $TOKEN"\n' in text
+    assert "…" not in "".join(curl_lines(text))
+
+
+@pytest.mark.parametrize("line", curl_lines(README.read_text()))
+def test_readme_example_runs_against_the_demo(demo, line):
+    values = {"BASE": demo.url, "TOKEN": demo.tokens["acme"]}
+    values["H"] = f"Authorization: Bearer {values['TOKEN']}"
+    response = run_curl(line, values)
+    assert 200 <= response.status_code < 300, (line, response.status_code, response.text[:300])
+
+
+def test_the_lines_the_demo_prints_run_as_printed(demo):
+    printed = [line.strip() for line in demo.output.splitlines() if line.strip().startswith("curl ")]
+    assert printed
+    values = {"TOKEN": demo.tokens["acme"]}
+    for line in printed:
+        response = run_curl(line, values)
+        assert 200 <= response.status_code < 300, (line, response.status_code)

@@ -1,0 +1,57 @@
+"""The schema's migrations: a database written by an older buildreport is brought up to date in place."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import msgspec
+from conftest import record, write_jsonl
+
+from buildreport.ingest import import_files
+from buildreport.models import Build
+from buildreport.store.schema import SCHEMA_VERSION, open_database
+from buildreport.store.writer import body_hash
+
+STATUS_MIGRATION = 2  # the version whose builds carry `status` beside `build_status`
+
+
+def _rows(db) -> list[tuple]:
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT build_id, body, body_hash FROM builds ORDER BY build_id").fetchall()
+    conn.close()
+    return rows
+
+
+def test_migration_adds_status_to_stored_builds_exactly_as_a_fresh_import_writes_them(tmp_path):
+    records = [
+        record(1, build_status="built", tags={"build_status": "built", "status": "x"}),
+        record(2, build_status="timeout", status_message='"build_status":"timeout"'),
+        record(3, build_status="running"),
+    ]
+    path = write_jsonl(tmp_path / "a.jsonl", records)
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [path], 0)
+    conn.close()
+    fresh = _rows(tmp_path / "t.db")
+
+    # What an older buildreport stored: the same JSON without `status`, at the schema version before it.
+    old = sqlite3.connect(tmp_path / "t.db")
+    for build_id, body, _ in fresh:
+        document = msgspec.json.decode(body)
+        del document["status"]
+        stale = msgspec.json.encode(document)
+        old.execute("UPDATE builds SET body = ?, body_hash = ? WHERE build_id = ?", (stale, body_hash(stale), build_id))
+    old.execute(f"PRAGMA user_version = {STATUS_MIGRATION - 1}")
+    old.commit()
+    old.close()
+
+    open_database(tmp_path / "t.db").close()
+    migrated = _rows(tmp_path / "t.db")
+    assert migrated == fresh
+    for _, body, digest in migrated:
+        build = msgspec.json.decode(body, type=Build)
+        assert build.status == build.build_status
+        assert digest == body_hash(body)
+    conn = sqlite3.connect(tmp_path / "t.db")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    conn.close()
