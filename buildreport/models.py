@@ -21,9 +21,9 @@ AccountName = Annotated[
     str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$", description="Short account name, e.g. `acme`.")
 ]
 
-# Value ranges of a stored build. Every value that is summed (CPU seconds, durations in microseconds, NAR sizes)
+# Value ranges of a stored build. Every value that is summed (CPU seconds, durations in microseconds, NAR bytes)
 # is at most 2^50 per build, so a sum reaches 2^63 only after 2^13 builds at the top of the range; the import
-# also keeps each account's totals below 2^62 (ingest.check_totals), so no sum over any set of builds can
+# also keeps each account's totals below 2^62 (store.totals.oversized_totals), so no sum over any set of builds can
 # overflow SQLite's 64-bit integers. Floats are finite (JSON has no NaN or Infinity, and every float is bounded).
 MAX_CPU_SECONDS = 2**40  # 34,000 CPU-years in one build
 MAX_DURATION_SECONDS = 10 * 31_557_600  # ten years, queued or running

@@ -355,3 +355,44 @@ def test_a_stored_build_outside_todays_ranges_is_a_503_page_and_still_reimports(
         assert response.status_code == 503 and "cannot be shown" in response.text
     env.load([record(1, tags={"b": "2"}), record(3)])  # re-import over it, and link build 2 to a new build
     assert count(env.db, "build_tags") == 1
+
+
+def test_every_worker_reports_a_deleted_database(env, serve):
+    import httpx
+
+    env.load([record(1)])
+    server = serve(env.db, "--workers", "2")
+    os.unlink(env.db)
+    answers = [httpx.get(server.url + "/healthz", timeout=5) for _ in range(8)]
+    assert {a.status_code for a in answers} == {503}
+    assert all("deleted" in a.json()["status"] for a in answers)
+    assert not env.db.exists()
+
+
+# --- tokens move out of a database made before they had a file of their own ------------------------
+
+
+def test_tokens_of_an_older_database_move_to_the_tokens_file(env):
+    from buildreport.store.schema import APPLICATION_ID, MIGRATIONS, open_database
+
+    conn = sqlite3.connect(env.db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.executescript(MIGRATIONS[0])
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO accounts (name, created_us) VALUES ('acme', 0)")
+    from buildreport.tokens import new_token
+
+    token_id, secret, digest = new_token()
+    conn.execute(
+        "INSERT INTO tokens (token_id, account_id, digest, scopes, label, created_us, expires_us)"
+        " VALUES (?, 1, ?, 'build:read', 'old', 0, ?)", (token_id, digest, 2**62))
+    conn.close()
+    open_database(env.db).close()
+    tables = {r[0] for r in sqlite3.connect(env.db).execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    assert "tokens" not in tables
+    moved = sqlite3.connect(auth_path(env.db)).execute("SELECT token_id, account, label FROM tokens").fetchall()
+    assert moved == [(token_id, "acme", "old")]
+    env.load([record(1)])
+    with env.client() as client:
+        assert client.get("/builds/1", headers=auth(secret)).status_code == 200
