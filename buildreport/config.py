@@ -11,6 +11,8 @@ import msgspec
 
 DEFAULT_DB = "buildreport.db"
 DEFAULT_RATE_LIMIT = 3000  # requests a minute per token and process
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024  # of a POST /builds body, after gzip inflation too
+DEFAULT_MAX_RECORDS = 5000  # records in one POST /builds
 SETTINGS_ENV = "BUILDREPORT_SETTINGS"
 # A signing key must carry at least 32 random bytes: 43 base64url characters, as generated keys are.
 MIN_KEY_CHARS = 43
@@ -44,6 +46,8 @@ class Settings(msgspec.Struct, frozen=True):
     log_streams_per_client: int = DEFAULT_LOG_STREAMS_PER_CLIENT
     tls_cert: str | None = None  # served over https with this certificate (chain) and key
     tls_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_records: int = DEFAULT_MAX_RECORDS
 
     @property
     def base_url(self) -> str:

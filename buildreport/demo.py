@@ -66,6 +66,20 @@ def prepare_demo(conn: sqlite3.Connection, settings: Settings, sample: Path, now
             )
             first_secret = first_secret or secret
             lines.append(f"token for account {name}: {secret}")
+        if accounts:
+            # Runners send builds with a token of their own that may only write (see POST /builds).
+            token_id, secret, digest = new_token()
+            insert_token(
+                auth,
+                token_id=token_id,
+                account=accounts[0],
+                digest=digest,
+                scopes=("build:write",),
+                label="demo runner",
+                now_us=now_us,
+                expires_us=now_us + 30 * US_PER_DAY,
+            )
+            lines.append(f"token that writes builds to account {accounts[0]}: {secret}")
     auth.close()
     lines += [
         "",

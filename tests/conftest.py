@@ -171,9 +171,10 @@ def start_server(
     scheme: str = "http",
     prefix: str = "",
     verify: Any = True,
+    port: int | None = None,
 ) -> Server:
-    """`buildreport serve` on a free port of 127.0.0.1, once /healthz (under `prefix`) answers."""
-    port = free_port()
+    """`buildreport serve` on a free port (or the one given) of 127.0.0.1, once /healthz (under `prefix`) answers."""
+    port = port or free_port()
     log = db.parent / f"server-{port}.log"
     command = [
         *buildreport_command(),
@@ -230,6 +231,7 @@ class Demo:
         self.url = server.url
         self.output = output
         self.tokens = dict(re.findall(r"token for account (\S+): (brt_\S+)", output))
+        self.write_token = re.findall(r"token that writes builds to account \S+: (brt_\S+)", output)[0]
 
 
 @pytest.fixture(scope="session")

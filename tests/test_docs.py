@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 from click.testing import CliRunner
 from conftest import auth, record
 
@@ -93,7 +94,7 @@ def test_schemathesis_finds_nothing_in_the_document(demo):
             "--header", f"Authorization: Bearer {demo.tokens['acme']}",
             "--checks", "all", "--phases", PHASES, "--max-examples", str(MAX_EXAMPLES),
             "--workers", "1", "--seed", "20261123", "--generation-deterministic", "--no-color",
-            "--max-failures", "20",
+            "--max-failures", "20", "--include-method", "GET",
         ],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
         env={**os.environ, "SCHEMATHESIS_HOOKS": HOOKS.stem, "PYTHONPATH": str(HOOKS.parent)},
@@ -101,9 +102,10 @@ def test_schemathesis_finds_nothing_in_the_document(demo):
     seconds = time.monotonic() - started
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
-    assert "No issues found" in output
+    assert "No issues found" in output, output[-5000:]
     operations = re.search(r"Operations:\s+(\d+) selected / (\d+) total", output)
-    assert operations and operations[1] == operations[2] == "6", output[-3000:]
+    reads = [path for path, item in httpx.get(f"{demo.url}/docs/openapi.json").json()["paths"].items() if "get" in item]
+    assert operations and int(operations[1]) == len(reads) >= 6, output[-3000:]
     cases = re.search(r"(\d+) generated, (\d+) passed", output)
     assert cases and cases[1] == cases[2] and int(cases[1]) > 300, output[-3000:]
     print(f"schemathesis: {operations[1]} operations, {cases[1]} cases, {seconds:.1f}s")

@@ -30,20 +30,28 @@ def expand(text: str, values: dict[str, str]) -> str:
 
 
 def run_curl(line: str, values: dict[str, str]) -> httpx.Response:
-    """A GET as curl sends it: the URL byte for byte (curl sends non-ASCII and spaces raw), the -H headers."""
+    """A request as curl sends it: the URL byte for byte (curl sends non-ASCII and spaces raw), the -H headers,
+    the method of -X and the body of --data-binary."""
     words = shlex.split(line)
     assert words[0] == "curl"
-    headers, urls = {}, []
+    headers, urls, method, body = {}, [], "GET", None
     rest = iter(words[1:])
     for word in rest:
         if word == "-H":
             name, _, value = expand(next(rest), values).partition(":")
             headers[name.strip()] = value.strip()
+        elif word == "-X":
+            method = next(rest)
+        elif word == "--data-binary":
+            body = next(rest).encode()
+            method = "POST" if method == "GET" else method
+        elif word == "-sS":
+            continue
         else:
             urls.append(expand(word, values))
     (url,) = urls
     assert url.isascii() and " " not in url, f"{url!r} breaks the request line"
-    return httpx.get(url, headers=headers, timeout=30)
+    return httpx.request(method, url, headers=headers, content=body, timeout=30)
 
 
 def test_the_readme_sets_base_and_header_as_the_examples_use_them():
@@ -55,7 +63,7 @@ def test_the_readme_sets_base_and_header_as_the_examples_use_them():
 
 @pytest.mark.parametrize("line", curl_lines(README.read_text()))
 def test_readme_example_runs_against_the_demo(demo, line):
-    values = {"BASE": demo.url, "TOKEN": demo.tokens["acme"]}
+    values = {"BASE": demo.url, "TOKEN": demo.tokens["acme"], "WRITE_TOKEN": demo.write_token}
     values["H"] = f"Authorization: Bearer {values['TOKEN']}"
     response = run_curl(line, values)
     assert 200 <= response.status_code < 300, (line, response.status_code, response.text[:300])

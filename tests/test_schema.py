@@ -41,6 +41,9 @@ def test_migration_adds_status_to_stored_builds_exactly_as_a_fresh_import_writes
         del document["status"]
         stale = msgspec.json.encode(document)
         old.execute("UPDATE builds SET body = ?, body_hash = ? WHERE build_id = ?", (stale, body_hash(stale), build_id))
+    # Later migrations' additions did not exist yet either.
+    old.execute("DROP INDEX builds_by_source")
+    old.execute("ALTER TABLE builds DROP COLUMN source_id")
     old.execute(f"PRAGMA user_version = {STATUS_MIGRATION - 1}")
     old.commit()
     old.close()

@@ -120,6 +120,11 @@ MIGRATIONS: tuple[str, ...] = (
 MIGRATIONS += (
     # Tokens live in the file beside the database (AUTH_MIGRATIONS); open_database copies them there first.
     "DROP TABLE IF EXISTS tokens;",
+    """
+    -- The sender's own id of a build written over HTTP: unique per account, so a retry updates the same build.
+    ALTER TABLE builds ADD COLUMN source_id TEXT;
+    CREATE UNIQUE INDEX builds_by_source ON builds (account_id, source_id) WHERE source_id IS NOT NULL;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
