@@ -78,7 +78,7 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
 async def front_door(request: Request[Any, Any, Any]) -> Response[bytes]:
     """A person who opens the bare address is sent to the API docs."""
     docs = request.app.state.settings.path_prefix + "/docs"
-    return Response(content=b"", status_code=302, headers={"Location": docs})
+    return Response(content=b"", status_code=302, headers={"Location": docs}, media_type="text/plain")
 
 
 @get("/favicon.ico", include_in_schema=False)

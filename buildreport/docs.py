@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
 from litestar import MediaType, Request
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
+from markupsafe import Markup, escape
 
 from buildreport.web import render_page
 
@@ -181,13 +183,23 @@ class DocsPagePlugin(OpenAPIRenderPlugin):
         return self._body
 
 
+_CODE = re.compile(r"`([^`]+)`")
+SHOWN_PATTERN_LENGTH = 80  # longer ones (the list of statuses) are in the description and the schemas
+
+
+def _prose(text: str) -> Markup:
+    """A description as HTML: escaped, with `code` spans."""
+    return Markup(_CODE.sub(r"<code>\1</code>", str(escape(text))))
+
+
 def _type_text(schema: JSON) -> str:
     """A schema in a few words: `integer 1…10000`, `Build[]`, `string | null`."""
     if "$ref" in schema:
         return schema["$ref"].rsplit("/", 1)[-1]
     for key in ("oneOf", "anyOf"):
         if key in schema:
-            return " | ".join(_type_text(s) for s in schema[key])
+            inherited = {k: v for k, v in schema.items() if k not in ("oneOf", "anyOf", "examples")}
+            return " | ".join(_type_text({**inherited, **s}) for s in schema[key])
     kind = schema.get("type", "any")
     if isinstance(kind, list):
         return " | ".join(kind)
@@ -203,6 +215,8 @@ def _type_text(schema: JSON) -> str:
         text += f" {'' if low is None else low}…{'' if high is None else high}"
     if schema.get("minLength"):
         text += f", at least {schema['minLength']} character{'s' if schema['minLength'] != 1 else ''}"
+    if len(schema.get("pattern", "")) <= SHOWN_PATTERN_LENGTH and "pattern" in schema:
+        text += f", matching {schema['pattern']}"
     return text
 
 
@@ -215,15 +229,15 @@ def page_values(doc: JSON, base_url: str) -> JSON:
             "id": operation.get("operationId", path),
             "path": path,
             "summary": operation.get("summary", ""),
-            "description": operation.get("description", ""),
+            "description": _prose(operation.get("description", "")),
             "secured": bool(operation.get("security")),
             "parameters": [
                 {"name": p["name"], "in": p["in"], "required": p.get("required", False),
-                 "type": _type_text(p.get("schema", {})), "description": p.get("description", "")}
+                 "type": _type_text(p.get("schema", {})), "description": _prose(p.get("description", ""))}
                 for p in operation.get("parameters", [])
             ],
             "responses": [
-                {"code": code, "description": answer.get("description", ""),
+                {"code": code, "description": _prose(answer.get("description", "")),
                  "type": next((_type_text(m["schema"]) for m in answer.get("content", {}).values()), ""),
                  "headers": sorted(answer.get("headers", {}))}
                 for code, answer in sorted(operation["responses"].items())
@@ -234,18 +248,18 @@ def page_values(doc: JSON, base_url: str) -> JSON:
         required = set(schema.get("required", ()))
         schemas.append({
             "name": name,
-            "description": schema.get("description", ""),
+            "description": _prose(schema.get("description", "")),
             "type": "" if "properties" in schema else _type_text(schema),
             "properties": [
                 {"name": field, "type": _type_text(sub), "required": field in required,
-                 "description": sub.get("description", "")}
+                 "description": _prose(sub.get("description", ""))}
                 for field, sub in schema.get("properties", {}).items()
             ],
         })
     return {
         "title": doc["info"]["title"],
         "version": doc["info"]["version"],
-        "description": doc["info"].get("description", ""),
+        "description": _prose(doc["info"].get("description", "")),
         "base_url": base_url,
         "document_url": urlsplit(base_url).path.rstrip("/") + "/docs/openapi.json",
         "operations": operations,
