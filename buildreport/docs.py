@@ -14,11 +14,14 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from litestar import MediaType, Request
+import msgspec
+from litestar import MediaType, Request, Response, Router
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 from markupsafe import Markup, escape
 
-from buildreport.web import render_page
+from buildreport.errors import problem_type
+from buildreport.models import Problem
+from buildreport.web import PAGE_HEADERS, render_page
 
 JSON = dict[str, Any]
 MAX_INT64 = 2**63 - 1
@@ -152,6 +155,26 @@ def finish_document(document: JSON, base_url: str) -> JSON:
             if health is not None:  # /healthz says what is wrong in its own shape
                 operation["responses"]["503"] = health
     return doc
+
+
+async def _problem_for_unknown(response: Response[Any]) -> Response[Any]:
+    """Litestar answers an unknown path under /docs with an HTML page; the API's problem document instead."""
+    if response.status_code != 404:
+        return response
+    kind, title = problem_type(404)
+    body = msgspec.json.encode(Problem(type=kind, title=title, status=404, detail="No such resource"))
+    return Response(content=body, status_code=404, media_type="application/problem+json")
+
+
+def docs_router() -> Router:
+    """Where Litestar mounts the two plugins below: the page's headers, and problem documents for the rest."""
+    return Router(
+        path="/docs",
+        route_handlers=[],
+        include_in_schema=False,
+        response_headers=PAGE_HEADERS,
+        after_request=_problem_for_unknown,
+    )
 
 
 class ExactJsonPlugin(JsonRenderPlugin):

@@ -107,3 +107,11 @@ def test_schemathesis_finds_nothing_in_the_document(demo):
     cases = re.search(r"(\d+) generated, (\d+) passed", output)
     assert cases and cases[1] == cases[2] and int(cases[1]) > 300, output[-3000:]
     print(f"schemathesis: {operations[1]} operations, {cases[1]} cases, {seconds:.1f}s")
+
+
+def test_an_unknown_path_under_docs_is_a_problem_document(env):
+    with env.client() as client:
+        answer = client.get("/docs/swagger")
+    assert answer.status_code == 404
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.json()["title"] == "Not found"
