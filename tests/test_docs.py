@@ -84,7 +84,7 @@ def test_document_describes_what_the_server_answers(env):
     assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"
 
 
-def test_schemathesis_finds_nothing_in_the_document(demo):
+def test_schemathesis_finds_nothing_in_the_document(demo, tmp_path):
     """Every operation, every check, every phase, against a real server on the sample data with a valid token."""
     started = time.monotonic()
     result = subprocess.run(
@@ -95,7 +95,7 @@ def test_schemathesis_finds_nothing_in_the_document(demo):
             "--workers", "1", "--seed", "20261123", "--generation-deterministic", "--no-color",
             "--max-failures", "20",
         ],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=tmp_path,  # its cache goes there
         env={**os.environ, "SCHEMATHESIS_HOOKS": HOOKS.stem, "PYTHONPATH": str(HOOKS.parent)},
     )
     seconds = time.monotonic() - started
