@@ -104,7 +104,7 @@ def _api_operation(path: str, operation: JSON) -> None:
     """Headers and answers every API operation shares, beside the ones its handler declares."""
     operation.setdefault("parameters", []).append(dict(IF_NONE_MATCH))
     responses = operation["responses"]
-    ok = responses["200"]
+    ok = responses.get("200", {})
     ok["headers"] = _refs("ETag", "Cache-Control", "Vary", "X-Request-ID", *_RATE, required=("ETag", "X-Request-ID"))
     if path == "/builds":
         ok["headers"]["Link"] = {"$ref": "#/components/headers/Link"}
@@ -115,9 +115,11 @@ def _api_operation(path: str, operation: JSON) -> None:
     for code, answer in responses.items():
         if code.startswith(("4", "5")):
             answer.setdefault("headers", {}).update(_refs("X-Request-ID", required=("X-Request-ID",)))
-    responses["401"]["headers"].update(_refs("WWW-Authenticate", required=("WWW-Authenticate",)))
-    responses["403"]["headers"].update(_refs("WWW-Authenticate", required=("WWW-Authenticate",)))
-    responses["429"]["headers"].update(_refs("Retry-After", *_RATE, required=("Retry-After",)))
+    for code in ("401", "403"):
+        if code in responses:
+            responses[code]["headers"].update(_refs("WWW-Authenticate", required=("WWW-Authenticate",)))
+    if "429" in responses:
+        responses["429"]["headers"].update(_refs("Retry-After", *_RATE, required=("Retry-After",)))
     _shared_failures(responses)
 
 
