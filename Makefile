@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean deps wheel-smoke
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,18 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(RUN_STAMP)
 	$(BIN)/buildreport demo
 
+# Debian packages beside Python: chromium for the browser tests, wrk for the benchmark (apt-get when root).
+deps:
+	sh .ci/debian_deps.sh chromium wrk
+
 test: $(STAMP)
+	@sh .ci/debian_deps.sh chromium
 	$(BIN)/ruff check buildreport tests
 	$(BIN)/python -m pytest
+
+# The wheel as a user installs it, in a fresh virtual environment outside the checkout, running the demo.
+wheel-smoke:
+	PYTHON=$(PYTHON) packaging/wheel_smoke.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check buildreport tests

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from litestar import Litestar, Request, Response, Router, get
+from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
@@ -86,7 +86,7 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
 async def front_door(request: Request[Any, Any, Any]) -> Response[bytes]:
     """A person who opens the bare address is sent to the API docs."""
     docs = request.app.state.settings.path_prefix + "/docs"
-    return Response(content=b"", status_code=302, headers={"Location": docs})
+    return Response(content=b"", status_code=302, headers={"Location": docs}, media_type="text/plain")
 
 
 @get("/favicon.ico", include_in_schema=False)
@@ -96,8 +96,7 @@ async def favicon() -> Response[bytes]:
 
 
 def _openapi() -> OpenAPIConfig:
-    from buildreport.docs import DocsPagePlugin, ExactJsonPlugin
-    from buildreport.web import PAGE_HEADERS
+    from buildreport.docs import DocsPagePlugin, ExactJsonPlugin, docs_router
 
     return OpenAPIConfig(
         title="buildreport",
@@ -106,9 +105,7 @@ def _openapi() -> OpenAPIConfig:
         path="/docs",
         # Served from here, nothing from elsewhere: a page rendered on the server and the exact JSON document.
         render_plugins=[DocsPagePlugin(), ExactJsonPlugin()],
-        openapi_router=Router(
-            path="/docs", route_handlers=[], include_in_schema=False, response_headers=PAGE_HEADERS
-        ),
+        openapi_router=docs_router(),
         components=Components(
             security_schemes={
                 "bearer": SecurityScheme(type="http", scheme="bearer", description="A `brt_…` API token")

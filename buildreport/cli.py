@@ -697,7 +697,7 @@ def _remove_database(db: str) -> None:
 @click.option("--db", default=None, help="Database to create (must not exist) [default: a temporary file].")
 @_serve_options
 def demo(db: str | None, **kwargs: object) -> None:
-    """Serve the sample data, shifted so the newest build is now, with a token per account.
+    """Serve the sample data, shifted so its latest moment is now, with a token per account.
 
     The temporary database (without --db) is removed when the demo stops; a demo that fails to start
     removes the database it created.

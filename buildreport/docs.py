@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from litestar import MediaType, Request
+import msgspec
+from litestar import MediaType, Request, Response, Router
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
+from markupsafe import Markup, escape
 
-from buildreport.web import render_page
+from buildreport.errors import problem_type
+from buildreport.models import Problem
+from buildreport.web import PAGE_HEADERS, render_page
 
 JSON = dict[str, Any]
 MAX_INT64 = 2**63 - 1
@@ -99,7 +104,7 @@ def _api_operation(path: str, operation: JSON) -> None:
     """Headers and answers every API operation shares, beside the ones its handler declares."""
     operation.setdefault("parameters", []).append(dict(IF_NONE_MATCH))
     responses = operation["responses"]
-    ok = responses["200"]
+    ok = responses.get("200", {})
     ok["headers"] = _refs("ETag", "Cache-Control", "Vary", "X-Request-ID", *_RATE, required=("ETag", "X-Request-ID"))
     if path == "/builds":
         ok["headers"]["Link"] = {"$ref": "#/components/headers/Link"}
@@ -110,9 +115,11 @@ def _api_operation(path: str, operation: JSON) -> None:
     for code, answer in responses.items():
         if code.startswith(("4", "5")):
             answer.setdefault("headers", {}).update(_refs("X-Request-ID", required=("X-Request-ID",)))
-    responses["401"]["headers"].update(_refs("WWW-Authenticate", required=("WWW-Authenticate",)))
-    responses["403"]["headers"].update(_refs("WWW-Authenticate", required=("WWW-Authenticate",)))
-    responses["429"]["headers"].update(_refs("Retry-After", *_RATE, required=("Retry-After",)))
+    for code in ("401", "403"):
+        if code in responses:
+            responses[code]["headers"].update(_refs("WWW-Authenticate", required=("WWW-Authenticate",)))
+    if "429" in responses:
+        responses["429"]["headers"].update(_refs("Retry-After", *_RATE, required=("Retry-After",)))
     _shared_failures(responses)
 
 
@@ -152,6 +159,26 @@ def finish_document(document: JSON, base_url: str) -> JSON:
     return doc
 
 
+async def _problem_for_unknown(response: Response[Any]) -> Response[Any]:
+    """Litestar answers an unknown path under /docs with an HTML page; the API's problem document instead."""
+    if response.status_code != 404:
+        return response
+    kind, title = problem_type(404)
+    body = msgspec.json.encode(Problem(type=kind, title=title, status=404, detail="No such resource"))
+    return Response(content=body, status_code=404, media_type="application/problem+json")
+
+
+def docs_router() -> Router:
+    """Where Litestar mounts the two plugins below: the page's headers, and problem documents for the rest."""
+    return Router(
+        path="/docs",
+        route_handlers=[],
+        include_in_schema=False,
+        response_headers=PAGE_HEADERS,
+        after_request=_problem_for_unknown,
+    )
+
+
 class ExactJsonPlugin(JsonRenderPlugin):
     """`/docs/openapi.json`: the finished document, encoded once."""
 
@@ -181,13 +208,23 @@ class DocsPagePlugin(OpenAPIRenderPlugin):
         return self._body
 
 
+_CODE = re.compile(r"`([^`]+)`")
+SHOWN_PATTERN_LENGTH = 80  # longer ones (the list of statuses) are in the description and the schemas
+
+
+def _prose(text: str) -> Markup:
+    """A description as HTML: escaped, with `code` spans."""
+    return Markup(_CODE.sub(r"<code>\1</code>", str(escape(text))))
+
+
 def _type_text(schema: JSON) -> str:
     """A schema in a few words: `integer 1…10000`, `Build[]`, `string | null`."""
     if "$ref" in schema:
         return schema["$ref"].rsplit("/", 1)[-1]
     for key in ("oneOf", "anyOf"):
         if key in schema:
-            return " | ".join(_type_text(s) for s in schema[key])
+            inherited = {k: v for k, v in schema.items() if k not in ("oneOf", "anyOf", "examples")}
+            return " | ".join(_type_text({**inherited, **s}) for s in schema[key])
     kind = schema.get("type", "any")
     if isinstance(kind, list):
         return " | ".join(kind)
@@ -203,6 +240,8 @@ def _type_text(schema: JSON) -> str:
         text += f" {'' if low is None else low}…{'' if high is None else high}"
     if schema.get("minLength"):
         text += f", at least {schema['minLength']} character{'s' if schema['minLength'] != 1 else ''}"
+    if len(schema.get("pattern", "")) <= SHOWN_PATTERN_LENGTH and "pattern" in schema:
+        text += f", matching {schema['pattern']}"
     return text
 
 
@@ -215,15 +254,15 @@ def page_values(doc: JSON, base_url: str) -> JSON:
             "id": operation.get("operationId", path),
             "path": path,
             "summary": operation.get("summary", ""),
-            "description": operation.get("description", ""),
+            "description": _prose(operation.get("description", "")),
             "secured": bool(operation.get("security")),
             "parameters": [
                 {"name": p["name"], "in": p["in"], "required": p.get("required", False),
-                 "type": _type_text(p.get("schema", {})), "description": p.get("description", "")}
+                 "type": _type_text(p.get("schema", {})), "description": _prose(p.get("description", ""))}
                 for p in operation.get("parameters", [])
             ],
             "responses": [
-                {"code": code, "description": answer.get("description", ""),
+                {"code": code, "description": _prose(answer.get("description", "")),
                  "type": next((_type_text(m["schema"]) for m in answer.get("content", {}).values()), ""),
                  "headers": sorted(answer.get("headers", {}))}
                 for code, answer in sorted(operation["responses"].items())
@@ -234,18 +273,18 @@ def page_values(doc: JSON, base_url: str) -> JSON:
         required = set(schema.get("required", ()))
         schemas.append({
             "name": name,
-            "description": schema.get("description", ""),
+            "description": _prose(schema.get("description", "")),
             "type": "" if "properties" in schema else _type_text(schema),
             "properties": [
                 {"name": field, "type": _type_text(sub), "required": field in required,
-                 "description": sub.get("description", "")}
+                 "description": _prose(sub.get("description", ""))}
                 for field, sub in schema.get("properties", {}).items()
             ],
         })
     return {
         "title": doc["info"]["title"],
         "version": doc["info"]["version"],
-        "description": doc["info"].get("description", ""),
+        "description": _prose(doc["info"].get("description", "")),
         "base_url": base_url,
         "document_url": urlsplit(base_url).path.rstrip("/") + "/docs/openapi.json",
         "operations": operations,

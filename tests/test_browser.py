@@ -283,3 +283,23 @@ def test_expired_and_altered_links_in_a_browser(env, serve, browser):
     assert page.locator("h1").inner_text() == "This link is not valid"
     assert watch.problems == []
     context.close()
+
+
+def test_docs_page_in_a_browser_loads_only_from_the_service(env, serve, browser, tmp_path):
+    load_builds(env)
+    server = serve(env.db, "--secret-key", TEST_KEY)
+    context = browser.new_context(viewport={"width": 1280, "height": 860}, color_scheme="dark")
+    page = context.new_page()
+    watch = Watch(page)
+    requested: list[str] = []
+    page.on("request", lambda req: requested.append(req.url))
+    response = page.goto(server.url + "/")  # the bare address leads to the docs
+    assert response.status == 200 and page.url == server.url + "/docs"
+    assert page.locator("h1").inner_text() == "buildreport API"
+    assert page.locator("#getBuild h2").is_visible()
+    assert page.locator("#schema-Build").is_visible()
+    assert page.evaluate("() => document.scripts.length") == 0
+    assert requested and all(url.startswith(server.url + "/") for url in requested), requested
+    page.screenshot(path=str(tmp_path / "docs.png"), full_page=False)
+    assert watch.problems == []
+    context.close()

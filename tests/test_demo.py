@@ -47,6 +47,18 @@ def test_demo_lines_start_with_https_when_serving_tls(tmp_path):
     assert urls and all(url.startswith("https://127.0.0.1:8443/") for url in urls)
 
 
+def answers(port: int, timeout: float = 30) -> bool:
+    """Whether a server on the port answers /healthz within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    return False
+
+
 def _failing_server(settings: Settings) -> None:
     raise RuntimeError("the server could not start")
 
@@ -86,13 +98,7 @@ def test_a_stopped_demo_leaves_no_temporary_folder(tmp_path, stop):
         env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        assert answers(port)
         assert [p.name.startswith("buildreport-demo-") for p in tmp_path.iterdir()] == [True]
         process.send_signal(stop)
         process.wait(timeout=15)
@@ -113,13 +119,7 @@ def test_a_stopped_demo_keeps_the_database_it_was_given(tmp_path):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        assert answers(port)
         process.send_signal(signal.SIGINT)
         process.wait(timeout=15)
     finally:

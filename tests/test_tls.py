@@ -123,3 +123,9 @@ def test_tls_files_come_from_the_environment_too(tmp_path, certificate):
     )
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert str(tmp_path) in result.stderr
+
+
+def test_a_public_url_that_is_not_an_http_address_is_refused(tmp_path):
+    for url in ("ftp://example.com", "builds.example.com/api", "https://example.com/api?x=1"):
+        result = _serve_fails(tmp_path, "--public-url", url)
+        assert "--public-url" in result.stderr and "is not an http(s) address" in result.stderr, url

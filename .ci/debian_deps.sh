@@ -1,0 +1,15 @@
+#!/usr/bin/env sh
+# Install the Debian packages named as arguments whose command is missing (chromium for the browser tests,
+# wrk for the benchmark), with apt-get when run as root; otherwise say what to install and go on.
+missing=""
+for package in "$@"; do
+    command -v "$package" >/dev/null 2>&1 || missing="$missing $package"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing$missing from Debian's packages" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null && exit 0
+    echo "could not install$missing" >&2
+    exit 1
+fi
+echo "missing:$missing. Install with: sudo apt-get install$missing (the browser tests need chromium)" >&2
