@@ -320,3 +320,21 @@ def test_a_sink_that_fails_changes_nothing_for_nix(nix_files: Path, tmp_path: Pa
         recorder = Recorder(nix_build(nix_files, nonce(), "ok"), broken, terminal=terminal, warn=warnings.append)
         assert recorder.run() == 0
     assert len(warnings) == 2 and all("No space left on device" in w for w in warnings)
+
+
+def test_a_failure_nix_build_does_not_report_gets_no_other_builds_message(nix_files: Path, tmp_path: Path) -> None:
+    spool, tag = tmp_path / "spool", nonce()
+    command = ["nix", "build", "-f", str(nix_files / "drvs.nix"), "fail", "fail2", "--argstr", "nonce", tag,
+               "--no-link", "--keep-going"]  # fmt: skip
+    done = subprocess.run(record_command(nix_files, spool, "--", *command), capture_output=True, text=True)
+    assert done.returncode == 1
+    last = final(spooled(spool))
+    assert {r["build_status"] for r in last.values()} == {"build_failed"}
+    codes = {"fail-test": 1, "fail2-test": 2}
+    own = {name: f"error: builder for '{r['derivation_path']}' failed with exit code {codes[name]}"
+           for name, r in last.items()}  # fmt: skip
+    generic = "its outputs are missing after Nix exited with status 1"
+    messages = {name: r["status_message"] for name, r in last.items()}
+    assert all(messages[name] in (own[name], generic) for name in last)
+    assert any(messages[name] == own[name] for name in last)
+    assert last["fail-test"]["log"] == "about to fail\n" and last["fail2-test"]["log"] == "failing too\n"

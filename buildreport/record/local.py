@@ -358,8 +358,12 @@ class Recorder:
             message = interrupt.message if interrupt else f"interrupted by {signal.Signals(self.signalled or 2).name}"
             return BuildStatus.cancelled, message
         assert self.proc is not None
-        last = nix.strip_ansi(self.errors[-1]).strip().splitlines()[0] if self.errors else None
-        return BuildStatus.build_failed, last or f"its outputs are missing after Nix exited with {self.proc.returncode}"
+        # An error about no derivation in particular may be this one's; one naming another build is not.
+        for error in reversed(self.errors):
+            text = nix.strip_ansi(error).strip()
+            if text and (build.drv_path in text or ".drv" not in text):
+                return BuildStatus.build_failed, text.splitlines()[0]
+        return BuildStatus.build_failed, f"its outputs are missing after Nix exited with status {self.proc.returncode}"
 
     def _end(self, build: LocalBuild, status: BuildStatus, exit_time: float) -> float:
         """The end of a build: its stored log's last write, else the progress event, else Nix's exit.
