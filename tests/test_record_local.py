@@ -227,6 +227,20 @@ def test_one_build_gets_the_cpu_time_of_its_builder(nix_files: Path, tmp_path: P
     cpu = rec["average_cpu_utilization"] * rec["duration_seconds"]
     assert 0.1 < cpu <= rec["duration_seconds"] * 1.05
     assert rec["cpu_seconds"] == round(cpu) or abs(rec["cpu_seconds"] - cpu) <= 0.51
+    # A shell is far smaller than Nix itself: the run's peak was Nix's, not the build's.
+    assert rec["peak_memory_use_kilobytes"] is None
+
+
+def test_one_build_gets_the_peak_memory_of_its_builder(nix_files: Path, tmp_path: Path) -> None:
+    spool, tag = tmp_path / "spool", nonce()
+    done = subprocess.run(
+        record_command(nix_files, spool, "--", *nix_build(nix_files, tag, "big")), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    rec = final(spooled(spool))["big-test"]
+    assert rec["log"] == "40000000\n"
+    # The builder's shell held a 40 MB string (and, growing it, a copy): 39,063 KiB at least.
+    assert 39_063 <= rec["peak_memory_use_kilobytes"] <= 400_000
 
 
 def test_a_build_that_times_out_is_recorded_as_timeout(nix_files: Path, tmp_path: Path) -> None:

@@ -122,6 +122,15 @@ def _memory_megabytes() -> int:
     return 0
 
 
+def nix_peak_bound(nix_hwm_kb: int) -> int:
+    """The largest peak that may still be Nix's own: its peak as last seen, plus what it may add while exiting.
+
+    A builder is forked from Nix, so until it execs it counts Nix's resident pages as its own: the run's
+    peak is a builder's only when it is clearly larger than Nix.
+    """
+    return nix_hwm_kb + nix_hwm_kb // 4 + 8192
+
+
 def _hwm_kb(pid: int) -> int | None:
     with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/status") as handle:
         for line in handle:
@@ -397,8 +406,8 @@ class Recorder:
             duration = max(0.0, end - build.start)
             cpu = usage.children_cpu_seconds if measured else None
             peak = None
-            if measured and (usage.nix_hwm_kb is None or usage.maxrss_kb > usage.nix_hwm_kb):
-                peak = usage.maxrss_kb  # larger than Nix itself ever was: a builder's
+            if measured and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):
+                peak = usage.maxrss_kb  # far larger than Nix itself was: a builder's
             log = nix.read_build_log(build.drv_path)
             if log is None and build.lines:
                 log = "\n".join(build.lines) + "\n"
