@@ -21,7 +21,7 @@ from nixbuilds import nonce
 
 from buildreport.models import BuildRecord
 from buildreport.record import nix
-from buildreport.record.local import Recorder, UsageError, nix_command_line, single_user, verbosity
+from buildreport.record.local import Recorder, UsageError, exit_like, nix_command_line, single_user, verbosity
 from buildreport.spool import pending_files
 
 nix_files = nixbuilds.nix_files  # the fixture: a nix.conf of the test's own
@@ -105,6 +105,13 @@ def test_messages_are_shown_up_to_the_users_verbosity() -> None:
     assert verbosity(["nix-build", "a.nix"]) == 3
     assert verbosity(["nix-build", "-vv", "--verbose", "a.nix"]) == 6
     assert verbosity(["nix", "build", "--quiet"]) == 2
+
+
+@pytest.mark.parametrize("returncode", [0, 1, 100, -signal.SIGTERM, -signal.SIGINT])
+def test_the_recorder_ends_as_the_command_did(returncode: int) -> None:
+    code = f"import sys; from buildreport.record.local import exit_like; sys.exit(exit_like({returncode}))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == returncode
+    assert exit_like(3) == 3
 
 
 def test_a_daemon_store_is_not_single_user() -> None:
@@ -262,12 +269,13 @@ def test_a_build_that_times_out_is_recorded_as_timeout(nix_files: Path, tmp_path
     assert rec["log"] == "slow start\n" and rec["outputs"] == []
 
 
-def test_interrupted_builds_are_recorded_cancelled(nix_files: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("whole_group", [False, True], ids=["recorder-only", "ctrl-c-in-a-terminal"])
+def test_interrupted_builds_are_recorded_cancelled(nix_files: Path, tmp_path: Path, whole_group: bool) -> None:
     spool, tag = tmp_path / "spool", nonce()
     before = time.time()
     proc = subprocess.Popen(
         record_command(nix_files, spool, "--", *nix_build(nix_files, tag, "slow")),
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.time() + 60
@@ -275,11 +283,15 @@ def test_interrupted_builds_are_recorded_cancelled(nix_files: Path, tmp_path: Pa
             time.sleep(0.05)
         assert pending_files(spool), "the build never started"
         interrupted = time.time()
-        proc.send_signal(signal.SIGINT)
+        # Ctrl-C in a terminal reaches Nix as well as the recorder: the second SIGINT must do no harm.
+        if whole_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # the session the test started: recorder, Nix and builder
             proc.wait()
     after = time.time()
     assert proc.returncode == 1 and "error: interrupted by the user" in stderr

@@ -372,7 +372,9 @@ class Recorder:
             text = nix.strip_ansi(error).strip()
             if text and (build.drv_path in text or ".drv" not in text):
                 return BuildStatus.build_failed, text.splitlines()[0]
-        return BuildStatus.build_failed, f"its outputs are missing after Nix exited with status {self.proc.returncode}"
+        code = self.proc.returncode
+        ended = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        return BuildStatus.build_failed, f"its outputs are missing after Nix {ended}"
 
     def _end(self, build: LocalBuild, status: BuildStatus, exit_time: float) -> float:
         """The end of a build: its stored log's last write, else the progress event, else Nix's exit.
