@@ -436,12 +436,13 @@ def record(
         raise click.BadParameter(f"{account!r} is not an account name (a-z, 0-9, _ . -)", param_hint="--account")
     from buildreport.destinations import DatabaseSink, SpoolSink
 
-    sink = SpoolSink(spool) if spool is not None else DatabaseSink(db, account)  # type: ignore[arg-type]
+    try:
+        sink = SpoolSink(spool) if spool is not None else DatabaseSink(db, account)  # type: ignore[arg-type]
+    except DatabaseError as exc:
+        raise click.ClickException(str(exc)) from exc
     try:
         returncode = Recorder(command, sink, **kwargs).run()  # type: ignore[arg-type]
     except UsageError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except DatabaseError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         if isinstance(sink, DatabaseSink):

@@ -127,6 +127,7 @@ def test_a_daemon_store_is_not_single_user() -> None:
         (["--db", "x.db", "--account", "Not Valid", "--", "nix-build"], "is not an account name"),
         (["--spool", "s", "--tag", "novalue", "--", "nix-build"], "'novalue' is not KEY=VALUE"),
         (["--spool", "s", "--", "make", "all"], "wraps nix-build or nix build, not 'make all'"),
+        (["--db", "no/such/dir/x.db", "--account", "acme", "--", "nix-build"], "directory no/such/dir does not exist"),
     ],
 )
 def test_bad_invocations_are_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
@@ -364,3 +365,17 @@ def test_a_failure_nix_build_does_not_report_gets_no_other_builds_message(nix_fi
     assert all(messages[name] in (own[name], generic) for name in last)
     assert any(messages[name] == own[name] for name in last)
     assert last["fail-test"]["log"] == "about to fail\n" and last["fail2-test"]["log"] == "failing too\n"
+
+
+def test_nix_output_keeps_flowing_when_reading_it_fails(nix_files: Path, tmp_path: Path) -> None:
+    warnings: list[str] = []
+    records: list[BuildRecord] = []
+    terminal = tmp_path / "terminal"
+    with terminal.open("wb") as handle:
+        recorder = Recorder(nix_build(nix_files, nonce(), "ok"), records.append, terminal=handle, warn=warnings.append)
+        recorder._line = None  # type: ignore[assignment,method-assign]  # reading every event now fails
+        assert recorder.run() == 0
+    assert len(warnings) == 1 and warnings[0].startswith("stopped recording this run: cannot read Nix's output")
+    shown = terminal.read_text()
+    assert "these derivations will be built" in shown or "this derivation will be built" in shown
+    assert "@nix" not in shown and records == []

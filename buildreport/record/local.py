@@ -155,7 +155,6 @@ class Recorder:
         warn: Callable[[str], None] | None = None,
     ) -> None:
         self.argv, self.kind = nix_command_line(command)
-        self.user_command = list(command)
         self.sink = sink
         self.env = dict(os.environ if env is None else env)
         # Tags of the caller: its SERVICE_TAG_* variables, then --tag; a derivation's own attributes come last.
@@ -178,6 +177,7 @@ class Recorder:
         self.create_time = 0.0
         self.proc: subprocess.Popen[bytes] | None = None
         self.nix_hwm_kb: int | None = None
+        self.broken = False
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
 
     # --- running Nix ---------------------------------------------------------------------------------------
@@ -196,7 +196,7 @@ class Recorder:
         try:
             assert self.proc.stderr is not None
             for line in self.proc.stderr:
-                self._line(time.time(), line)
+                self._read(time.time(), line)
             usage = self._reap(self.proc.pid)
         finally:
             for sig, handler in previous.items():
@@ -239,6 +239,27 @@ class Recorder:
         with contextlib.suppress(OSError, ValueError):
             self.terminal.write(text.encode(errors="replace") + b"\n")
             self.terminal.flush()
+
+    def _read(self, at: float, line: bytes) -> None:
+        """One line of Nix's stderr; whatever goes wrong in reading it, Nix's output keeps flowing."""
+        if self.broken:
+            self._pass_on(line)
+            return
+        try:
+            self._line(at, line)
+        except Exception as exc:
+            self.broken = True
+            self.warn(f"stopped recording this run: cannot read Nix's output ({exc!r})")
+            self._pass_on(line)
+
+    def _pass_on(self, line: bytes) -> None:
+        event = nix.parse_event(line.rstrip(b"\n"))
+        if event is None:
+            with contextlib.suppress(OSError, ValueError):
+                self.terminal.write(line)
+                self.terminal.flush()
+        elif event.action == "msg" and event.level <= self.level:
+            self._show(event.msg)
 
     def _line(self, at: float, line: bytes) -> None:
         event = nix.parse_event(line.rstrip(b"\n"))
@@ -307,7 +328,10 @@ class Recorder:
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            job()
+            try:
+                job()
+            except Exception as exc:
+                self.warn(f"cannot record a build: {exc!r}")
 
     def _derivation(self, build: LocalBuild) -> nix.Derivation | None:
         if build.drv is None:
@@ -395,37 +419,43 @@ class Recorder:
         # Resources are per invocation: they belong to a build only when it is the one local build.
         measured = len(builds) == 1 and len(local) == 1 and single_user(self.argv, self.env)
         for build in builds:
-            drv = self._derivation(build)
-            if drv is None:
-                continue
             try:
-                outputs = nix.build_outputs(drv)
-            except nix.NixError as exc:
-                self.warn(f"outputs of {build.drv_path}: {exc}")
-                outputs = []
-            status, message = self._status(build, drv, nix.outputs_valid(drv, outputs))
-            end = self._end(build, status, exit_time)
-            duration = max(0.0, end - build.start)
-            cpu = usage.children_cpu_seconds if measured else None
-            peak = None
-            if measured and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):
-                peak = usage.maxrss_kb  # far larger than Nix itself was: a builder's
-            log = nix.read_build_log(build.drv_path)
-            if log is None and build.lines:
-                log = "\n".join(build.lines) + "\n"
-            self._emit(
-                **self._common(build, drv),
-                duration_seconds=round(duration, 6),
-                build_status=status,
-                status_message=message,
-                cpu_seconds=round(cpu) if cpu is not None else 0,
-                average_cpu_utilization=round(cpu / (duration * self.cpu_count), 4)
-                if cpu is not None and duration
-                else None,
-                peak_memory_use_kilobytes=peak,
-                outputs=outputs if status == BuildStatus.built else [],
-                log=log,
-            )
+                self._finish_build(build, usage, exit_time, measured)
+            except Exception as exc:
+                self.warn(f"cannot record {build.drv_path}: {exc!r}")
+
+    def _finish_build(self, build: LocalBuild, usage: Usage, exit_time: float, measured: bool) -> None:
+        drv = self._derivation(build)
+        if drv is None:
+            return
+        try:
+            outputs = nix.build_outputs(drv)
+        except nix.NixError as exc:
+            self.warn(f"outputs of {build.drv_path}: {exc}")
+            outputs = []
+        status, message = self._status(build, drv, nix.outputs_valid(drv, outputs))
+        end = self._end(build, status, exit_time)
+        duration = max(0.0, end - build.start)
+        cpu = usage.children_cpu_seconds if measured else None
+        peak = None
+        if measured and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):
+            peak = usage.maxrss_kb  # far larger than Nix itself was: a builder's
+        log = nix.read_build_log(build.drv_path)
+        if log is None and build.lines:
+            log = "\n".join(build.lines) + "\n"
+        self._emit(
+            **self._common(build, drv),
+            duration_seconds=round(duration, 6),
+            build_status=status,
+            status_message=message,
+            cpu_seconds=round(cpu) if cpu is not None else 0,
+            average_cpu_utilization=round(cpu / (duration * self.cpu_count), 4)
+            if cpu is not None and duration
+            else None,
+            peak_memory_use_kilobytes=peak,
+            outputs=outputs if status == BuildStatus.built else [],
+            log=log,
+        )
 
 
 def exit_like(returncode: int) -> int:
