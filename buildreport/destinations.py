@@ -1,7 +1,7 @@
 """Where a recorder's build records go: a spool folder (sent on by `buildreport push`) or a local database.
 
-A local database takes them through the same writer as `POST /builds`: one transaction a record, named by
-its `source_id`, so a build's `running` record and its final one are one build.
+A local database takes them through the same writer as `POST /builds`: one transaction a call, each build
+named by its `source_id`, so a build's `running` record and its final one are one build.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ from buildreport.times import now_us
 
 
 class SpoolSink:
-    """Each record in a spool file of its own, put in place atomically."""
+    """The records of each call in one spool file, put in place atomically."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def __call__(self, record: BuildRecord) -> None:
-        write_spool_file(self.directory, [encode(record)])
+    def __call__(self, records: list[BuildRecord]) -> None:
+        write_spool_file(self.directory, [encode(record) for record in records])
 
 
 class DatabaseSink:
-    """Each record written to `account` in a local database, in a transaction of its own."""
+    """The records of each call written to `account` in a local database, in one transaction."""
 
     def __init__(self, db: Path | str, account: str) -> None:
         self.conn = open_database(db)
@@ -38,10 +38,10 @@ class DatabaseSink:
             self.account_id = ensure_account(self.conn, account, now_us())
         self.lock = threading.Lock()
 
-    def __call__(self, record: BuildRecord) -> None:
+    def __call__(self, records: list[BuildRecord]) -> None:
         with self.lock:
             try:
-                write_records(self.conn, self.account_id, [record], now_us())
+                write_records(self.conn, self.account_id, records, now_us())
             except WriteConflicts as exc:
                 first = exc.invalid[0]
                 raise ValueError(f"the database refused it: {first.field}: {first.reason}") from exc
