@@ -500,7 +500,9 @@ def record(
 ) -> None:
     """Run a Nix build command here (nix-build … or nix build …) and record each build it runs.
 
-    Example: buildreport record --spool /var/spool/buildreport --tag job=docs -- nix-build -A docs
+    \b
+    buildreport record --spool /var/spool/buildreport --tag job=docs -- nix-build -A docs
+    buildreport record --db builds.db --account acme -- nix build .#hello -L
     """
     from buildreport.record.local import Recorder, UsageError, exit_like
 

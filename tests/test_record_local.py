@@ -159,6 +159,16 @@ def test_bad_invocations_are_one_clear_line(tmp_path: Path, args: list[str], mes
     assert not (tmp_path / "s").exists()
 
 
+def test_a_machine_without_nix_is_one_clear_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "buildreport", "record", "--spool", "s", "--", "nix-build", "x.nix"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PATH": str(tmp_path / "empty")},
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr == "Error: cannot run nix-build: No such file or directory\n"
+    assert not (tmp_path / "s").exists()
+
+
 # --- real builds -------------------------------------------------------------------------------------------
 
 
