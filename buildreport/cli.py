@@ -519,7 +519,7 @@ def record(
     except DatabaseError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        returncode = Recorder(command, sink, **kwargs).run()  # type: ignore[arg-type]
+        returncode = Recorder(command, sink.write_all, **kwargs).run()  # type: ignore[arg-type]
     except UsageError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
