@@ -25,10 +25,10 @@ demo: $(RUN_STAMP)
 
 # Debian packages beside Python: chromium for the browser tests, wrk for the benchmark (apt-get when root).
 deps:
-	sh .ci/debian_deps.sh chromium wrk
+	sh .ci/debian_deps.sh chromium nix-bin openssh-server wrk
 
 test: $(STAMP)
-	@sh .ci/debian_deps.sh chromium
+	@sh .ci/debian_deps.sh chromium nix-bin openssh-server
 	$(BIN)/ruff check buildreport tests
 	$(BIN)/python -m pytest
 
