@@ -373,3 +373,37 @@ def demo(db: str | None, **kwargs: object) -> None:
     click.echo("\n".join(lines))
     sys.stdout.flush()
     run_server(settings)
+
+
+# --- runner --------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--spool",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="BUILDREPORT_SPOOL",
+    required=True,
+    help="Spool folder for build records (pushed by `buildreport push --follow`). Env: BUILDREPORT_SPOOL.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the runner's log and restart links [default: SPOOL/.runner].",
+)
+@click.option("--timeout", type=click.IntRange(1), help="Seconds a build may run before Nix stops it (timeout).")
+@click.option("--cpu-count", type=click.IntRange(1), help="Cores a build gets, as recorded [default: this machine's].")
+@click.option(
+    "--allocated-megabytes", type=click.IntRange(0), help="Memory a build gets, as recorded [default: this machine's]."
+)
+@click.option("--nix-daemon", default="nix-daemon", show_default=True, help="The nix-daemon program.")
+@click.option(
+    "--nix-option", "nix_options", nargs=2, multiple=True, metavar="NAME VALUE", help="A Nix setting for the daemon."
+)
+@click.option("--cgroup/--no-cgroup", default=True, show_default=True, help="Measure CPU with a cgroup v2 per session.")
+@click.option("--check", "check_only", is_flag=True, help="Check the set-up, say what is missing, and exit.")
+def runner(check_only: bool, **kwargs: object) -> None:
+    """Serve one ssh-ng:// session (the forced command of an authorized_keys entry) and record its builds."""
+    from buildreport.record.cli import run_runner
+
+    sys.exit(run_runner(check_only=check_only, **kwargs))
