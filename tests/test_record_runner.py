@@ -1,0 +1,192 @@
+"""`buildreport runner` with real Nix 2.8 and a real sshd on 127.0.0.1: every recorded field checked
+against what Nix reports and against the clock. Skipped without Nix or OpenSSH, except under CI=true."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from nix_runner import Runner, kill_group, path_info, require_tools
+
+TIMEOUT = 3
+CPU_COUNT = 3
+MEGABYTES = 1234
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
+    require_tools()
+    runner = Runner(
+        tmp_path_factory.mktemp("runner"),
+        ["--timeout", str(TIMEOUT), "--cpu-count", str(CPU_COUNT), "--allocated-megabytes", str(MEGABYTES)],
+        tags={"project": "web", "team": "infra"},
+    )
+    runner.start()
+    try:
+        yield runner
+    finally:
+        runner.stop()
+
+
+def nonce() -> str:
+    return str(time.time_ns())
+
+
+def when(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def assert_timed(record: dict, before: float, after: float) -> None:
+    """create <= start <= stop, all within the client's own run, and queue time = start - create."""
+    create, start = when(record["create_time"]), when(record["start_time"])
+    assert before <= create <= start <= after
+    assert record["queue_time_seconds"] == pytest.approx(start - create, abs=1e-5)
+    assert start + record["duration_seconds"] <= after
+
+
+def test_runner_records_a_built_derivation_with_outputs_log_tags_and_resources(runner: Runner) -> None:
+    n = nonce()
+    drv = runner.drv_path("ok", n)
+    before = time.time()
+    result = runner.build("ok", n)
+    after = time.time()
+    assert result.returncode == 0, result.stderr
+    records = runner.wait_final(drv)
+    running, final = records[0], records[-1]
+    assert running["build_status"] == "running" and running["duration_seconds"] is None
+    assert {r["source_id"] for r in records} == {final["source_id"]} and len(final["source_id"]) <= 200
+    assert final["build_status"] == "built" and final["status_message"] is None
+    assert_timed(final, before, after)
+    assert final["start_time"] == running["start_time"] and final["create_time"] == running["create_time"]
+    assert final["system"] == "x86_64-linux"
+    assert final["tags"] == {"project": "web", "team": "infra", "drvtag": "yes"}
+    assert final["log"] == "building\nto-stderr\n"
+    assert final["cpu_count"] == CPU_COUNT and final["allocated_megabytes"] == MEGABYTES
+    assert isinstance(final["cpu_seconds"], int) and final["cpu_seconds"] >= 0
+    assert final["average_cpu_utilization"] is not None and 0 <= final["average_cpu_utilization"] <= 1
+    assert final["peak_memory_use_kilobytes"] > 0  # one build in the session: the session's peak is its own
+    assert final["peak_storage_use_kilobytes"] is None
+    [output] = final["outputs"]
+    info = path_info(runner, [output["path"]])[output["path"]]
+    assert output == {
+        "name": "out",
+        "path": info["path"],
+        "nar_hash": info["narHash"],
+        "nar_size_bytes": info["narSize"],
+    }
+    assert result.stdout.strip().split("/")[-1] == output["path"].split("/")[-1]  # the client got the same path
+
+
+def test_runner_measures_the_cpu_time_of_a_busy_build(runner: Runner) -> None:
+    n = nonce()
+    drv = runner.drv_path("busy", n)
+    assert runner.build("busy", n).returncode == 0
+    final = runner.wait_final(drv)[-1]
+    assert final["build_status"] == "built"
+    # The builder printed its own CPU time (sh `times`: user and system of the shell, then of its children).
+    spent = sum(int(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", final["log"].splitlines()[0]))
+    assert spent > 0.3
+    cpu = final["average_cpu_utilization"] * final["duration_seconds"] * CPU_COUNT
+    assert cpu == pytest.approx(spent, abs=0.15 + 0.1 * spent)
+    assert abs(final["cpu_seconds"] - cpu) <= 0.501
+
+
+def test_runner_records_every_output_of_a_multi_output_derivation(runner: Runner) -> None:
+    n = nonce()
+    drv = runner.drv_path("multi", n)
+    assert runner.build("multi", n).returncode == 0
+    final = runner.wait_final(drv)[-1]
+    assert [o["name"] for o in final["outputs"]] == ["dev", "out"]
+    infos = path_info(runner, [o["path"] for o in final["outputs"]])
+    for output in final["outputs"]:
+        assert output["nar_hash"] == infos[output["path"]]["narHash"]
+        assert output["nar_size_bytes"] == infos[output["path"]]["narSize"]
+    assert final["tags"] == {"project": "web", "team": "infra"}
+
+
+def test_runner_records_a_failed_build_with_the_error_and_the_client_fails_as_usual(runner: Runner) -> None:
+    n = nonce()
+    drv = runner.drv_path("fail", n)
+    before = time.time()
+    result = runner.build("fail", n)
+    after = time.time()
+    assert result.returncode != 0
+    assert f"builder for '{drv}' failed with exit code 1" in result.stderr
+    final = runner.wait_final(drv)[-1]
+    assert final["build_status"] == "build_failed"
+    assert f"builder for '{drv}' failed with exit code 1" in final["status_message"]
+    assert "\x1b" not in final["status_message"]
+    assert final["log"] == "about to fail\n"
+    assert final["outputs"] == []
+    assert_timed(final, before, after)
+
+
+def test_runner_records_a_timeout_under_its_own_limit(runner: Runner) -> None:
+    n = nonce()
+    drv = runner.drv_path("slow", n)
+    before = time.time()
+    result = runner.build("slow", n)
+    after = time.time()
+    assert result.returncode != 0
+    assert f"timed out after {TIMEOUT} seconds" in result.stderr
+    final = runner.wait_final(drv)[-1]
+    assert final["build_status"] == "timeout"
+    assert re.search(rf"timed out after {TIMEOUT} seconds", final["status_message"])
+    assert TIMEOUT <= final["duration_seconds"] < TIMEOUT + 5
+    assert final["log"] == "sleeping\n"
+    assert_timed(final, before, after)
+
+
+def test_runner_records_a_client_that_goes_away_mid_build(runner: Runner) -> None:
+    n = nonce()
+    drv = runner.drv_path("slow", n)
+    client = runner.start_build("slow", n)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r[0]["derivation_path"] == drv for r in runner.records().values()):
+            assert time.monotonic() < deadline, runner.runner_log()
+            assert client.poll() is None
+            time.sleep(0.1)
+        killed = time.time()
+    finally:
+        kill_group(client)
+    final = runner.wait_final(drv)[-1]
+    assert final["build_status"] == "client_disconnect"
+    assert final["status_message"].startswith("ssh session closed")
+    assert when(final["start_time"]) + final["duration_seconds"] == pytest.approx(killed, abs=2)
+    assert final["duration_seconds"] < TIMEOUT + 1
+
+
+def test_runner_check_reports_a_usable_set_up(runner: Runner, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "buildreport", "runner", "--spool", str(tmp_path / "spool"), "--check"],
+        capture_output=True,
+        text=True,
+        env={**runner.client_env()},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ok  nix-daemon:" in out.stdout and "ok  spool:" in out.stdout
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "buildreport",
+            "runner",
+            "--spool",
+            str(tmp_path / "s"),
+            "--check",
+            "--nix-daemon",
+            "no-such-nix-daemon",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 1
+    assert "missing  nix-daemon: `no-such-nix-daemon` not found" in missing.stdout
