@@ -37,6 +37,7 @@ in {
   ok = mk "ok-test" "echo building; echo to-stderr >&2; mkdir -p $out; echo hi > $out/x"
     { SERVICE_TAG_drvtag = "yes"; };
   busy = mk "busy-test" "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; times; mkdir $out" {};
+  nap = mk "nap-test" "echo napping; sleep 3; mkdir -p $out" {};
   fail = mk "fail-test" "echo about to fail; exit 1" {};
   slow = mk "slow-test" "echo sleeping; sleep 30; mkdir $out" {};
   multi = mk "multi-test" "mkdir -p $out $dev; echo a > $out/a; echo b > $dev/b" { outputs = [ "out" "dev" ]; };
@@ -75,7 +76,7 @@ class Runner:
         self.runner_conf = root / "runner-nix"
         self.client_conf = root / "client-nix"
         for conf in (self.runner_conf, self.client_conf):
-            conf.mkdir()
+            conf.mkdir(parents=True)
             (conf / "nix.conf").write_text(NIX_CONF)
         (root / "drv.nix").write_text(DERIVATIONS)
         for key in ("host", "client"):
@@ -129,6 +130,10 @@ class Runner:
         if self.sshd is not None and self.sshd.poll() is None:
             self.sshd.terminate()
             self.sshd.wait(timeout=10)
+        self.clear_load()
+
+    def clear_load(self) -> None:
+        """Forget this runner's slots in the client's load files (a failed connection leaves them taken)."""
         for path in Path("/nix/var/nix/current-load").glob(f"*{self.alias}*"):
             path.unlink(missing_ok=True)
 
@@ -199,14 +204,18 @@ class Runner:
 
     def wait_final(self, drv_path: str, timeout: float = 30) -> list[dict[str, Any]]:
         """The records of the build of `drv_path` once its last one is final (and the session is over)."""
+        return self.wait_builds(drv_path, 1, timeout)[-1]
+
+    def wait_builds(self, drv_path: str, count: int, timeout: float = 30) -> list[list[dict[str, Any]]]:
+        """The records of each of `count` builds of `drv_path`, oldest first, once all are final."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for records in self.records().values():
-                ours = records[0]["derivation_path"] == drv_path
-                if ours and records[-1]["build_status"] != "running" and self.session_over():
-                    return records
+            builds = [r for r in self.records().values() if r[0]["derivation_path"] == drv_path]
+            final = len(builds) >= count and all(r[-1]["build_status"] != "running" for r in builds)
+            if final and self.session_over():
+                return sorted(builds, key=lambda r: r[0]["create_time"])
             time.sleep(0.1)
-        raise AssertionError(f"no final record for {drv_path}: {self.records()}; log: {self.runner_log()}")
+        raise AssertionError(f"no {count} final builds of {drv_path}: {self.records()}; log: {self.runner_log()}")
 
     def session_over(self) -> bool:
         return self.runner_log().count("session ended") >= self.runner_log().count("session from")

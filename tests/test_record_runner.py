@@ -190,3 +190,48 @@ def test_runner_check_reports_a_usable_set_up(runner: Runner, tmp_path: Path) ->
     )
     assert missing.returncode == 1
     assert "missing  nix-daemon: `no-such-nix-daemon` not found" in missing.stdout
+
+
+# Stands in for nix-daemon: the first session it serves, the real daemon is killed a second into it.
+DYING_DAEMON = """#!/bin/sh
+if [ -e "{marker}" ]; then
+    rm -f "{marker}"
+    exec 3<&0
+    nix-daemon "$@" <&3 &
+    daemon=$!
+    (sleep 1; kill -9 $daemon) &
+    wait $daemon
+    kill -9 $$  # end as the daemon did: by SIGKILL
+fi
+exec nix-daemon "$@"
+"""
+
+
+def test_runner_records_a_daemon_that_dies_as_internal_error_and_links_the_rebuild(tmp_path: Path) -> None:
+    require_tools()
+    marker = tmp_path / "kill-next-daemon"
+    daemon = tmp_path / "dying-nix-daemon"
+    daemon.write_text(DYING_DAEMON.format(marker=marker))
+    daemon.chmod(0o755)
+    runner = Runner(tmp_path / "r", ["--nix-daemon", str(daemon)])
+    runner.start()
+    try:
+        n = nonce()
+        drv = runner.drv_path("nap", n)
+        marker.touch()
+        failed = runner.build("nap", n)
+        assert failed.returncode != 0
+        first = runner.wait_final(drv)[-1]
+        assert first["build_status"] == "internal_error"
+        assert "nix-daemon was killed by signal 9 during the build" in first["status_message"]
+        assert "napping" in first["status_message"]  # the last lines of the log follow the reason
+        runner.clear_load()
+        again = runner.build("nap", n)
+        assert again.returncode == 0, again.stderr
+        earlier, rebuilt = (records[-1] for records in runner.wait_builds(drv, 2))
+        assert earlier == first
+        assert rebuilt["build_status"] == "built"
+        assert rebuilt["restart_of_source_id"] == first["source_id"]
+        assert "restart_of_source_id" not in first
+    finally:
+        runner.stop()

@@ -48,11 +48,14 @@ class RestartState:
 
     def take(self, drv_path: str) -> str | None:
         """The source id of the discarded build this one restarts, if any; it is restarted only once."""
-        with self._locked() as entries:
-            source_id = entries.pop(drv_path, None)
+        try:
+            with self._locked() as entries:
+                source_id = entries.pop(drv_path, None)
+        except OSError:
+            return None
         return source_id if isinstance(source_id, str) else None
 
     def discarded(self, drv_path: str, source_id: str) -> None:
-        with self._locked() as entries:
+        with contextlib.suppress(OSError), self._locked() as entries:
             entries.pop(drv_path, None)
             entries[drv_path] = source_id

@@ -272,7 +272,10 @@ class Session:
 
     def run(self) -> int:
         config = self.config
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.log(f"no state folder {config.state_dir}: {exc}; restart links are not kept")
         self.reply_start = 0
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -285,6 +288,7 @@ class Session:
             return 1
         if pid == 0:  # the child: become nix-daemon --stdio on the two pipes
             try:
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # Python ignores it; the daemon expects the default
                 os.dup2(in_r, 0)
                 os.dup2(out_w, 1)
                 for fd in (in_r, in_w, out_r, out_w):
@@ -379,7 +383,8 @@ class Session:
             self._close(build, at, "internal_error", f"the runner was stopped by signal {value} during the build")
         elif kind == "daemon_exit":
             code, _ = value
-            self._close(build, at, "internal_error", f"nix-daemon ended with status {code} during the build")
+            ended = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            self._close(build, at, "internal_error", f"nix-daemon {ended} during the build")
             self._session_end(value)
         elif kind == "recording_off":
             self._close(build, at, "internal_error", f"the runner could not follow the session: {value}")
