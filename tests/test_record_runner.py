@@ -3,7 +3,11 @@ against what Nix reports and against the clock. Skipped without Nix or OpenSSH, 
 
 from __future__ import annotations
 
+import os
+import random
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -12,6 +16,7 @@ from pathlib import Path
 import pytest
 from nix_runner import Runner, kill_group, path_info, require_tools
 
+DATA = Path(__file__).parent / "data" / "nix_session"
 TIMEOUT = 3
 CPU_COUNT = 3
 MEGABYTES = 1234
@@ -162,9 +167,6 @@ def test_runner_records_a_client_that_goes_away_mid_build(runner: Runner) -> Non
 
 
 def test_runner_check_reports_a_usable_set_up(runner: Runner, tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     out = subprocess.run(
         [sys.executable, "-m", "buildreport", "runner", "--spool", str(tmp_path / "spool"), "--check"],
         capture_output=True,
@@ -235,3 +237,72 @@ def test_runner_records_a_daemon_that_dies_as_internal_error_and_links_the_rebui
         assert "restart_of_source_id" not in first
     finally:
         runner.stop()
+
+
+# --- the relay, without Nix: a stand-in daemon that echoes what it gets ---------------------------
+
+
+def run_relay(tmp_path: Path, payload: bytes, spool: Path) -> tuple[subprocess.CompletedProcess[bytes], str]:
+    echo = tmp_path / "echo-daemon"
+    echo.write_text("#!/bin/sh\nexec cat\n")
+    echo.chmod(0o755)
+    state = tmp_path / "state"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "buildreport",
+            "runner",
+            "--spool",
+            str(spool),
+            "--state-dir",
+            str(state),
+            "--nix-daemon",
+            str(echo),
+            "--no-cgroup",
+        ],
+        input=payload,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "SSH_ORIGINAL_COMMAND": "nix-daemon --stdio"},
+    )
+    log = (state / "runner.log").read_text() if (state / "runner.log").exists() else ""
+    return proc, log
+
+
+def test_relay_passes_every_byte_both_ways_when_the_stream_is_not_the_protocol(tmp_path: Path) -> None:
+    payload = random.Random(7).randbytes(3 * 1024 * 1024)
+    proc, log = run_relay(tmp_path, payload, tmp_path / "spool")
+    assert proc.returncode == 0
+    assert proc.stdout == payload
+    assert "recording off for this session" in log
+    assert not list((tmp_path / "spool").glob("*.jsonl"))
+
+
+def test_relay_passes_a_real_session_unchanged_even_when_the_spool_cannot_be_written(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a file where a folder should be")
+    spool = tmp_path / "file" / "spool"
+    client = (DATA / "ok.client").read_bytes()
+    # The echo daemon answers the build request with the client's own bytes: not a valid answer, and
+    # the relay must not care.
+    proc, log = run_relay(tmp_path, client, spool)
+    assert proc.returncode == 0
+    assert proc.stdout == client
+    assert "recording off for this session" in log
+
+
+def test_runner_refuses_a_session_that_asks_for_another_command(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "buildreport", "runner", "--spool", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SSH_ORIGINAL_COMMAND": "sh -c id"},
+    )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == (
+        "buildreport runner serves ssh-ng:// remote builds (`nix-daemon --stdio`) only; "
+        "this session asked for `sh -c id`"
+    )
+    assert "Traceback" not in proc.stderr
