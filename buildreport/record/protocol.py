@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
@@ -240,13 +241,14 @@ class ClientScanner:
     dropped and scanning goes on after it, so a NAR that happens to hold the pattern costs nothing.
     """
 
-    HEAD = 8 + 8 + 11  # op code, path length, "/nix/store/"
-
     def __init__(self, on_request: Callable[[BuildRequest], None], store_dir: str = "/nix/store") -> None:
         self._on_request = on_request
         self._store_dir = store_dir
         self._prefix = (store_dir + "/").encode()
-        self._op = OP_BUILD_DERIVATION.to_bytes(8, "little")
+        # The op code, then the length of the derivation path (1 to 4095: two low bytes, six zeros),
+        # then the store directory: found by the regex engine, so relaying a large NAR costs little.
+        op = re.escape(OP_BUILD_DERIVATION.to_bytes(8, "little"))
+        self._pattern = re.compile(op + rb"[\x00-\xff][\x00-\x0f]\x00{6}" + re.escape(self._prefix), re.DOTALL)
         self._pending = b""  # bytes not scanned yet: a possible op start cut by a chunk boundary
         self._handshake = b""
         self.client_version: int | None = None
@@ -270,21 +272,15 @@ class ClientScanner:
     def _scan(self, data: bytes) -> bytes:
         buf = self._pending + data
         self._pending = b""
-        start = 0
-        while True:
-            at = buf.find(self._op, start)
-            if at < 0:
-                self._pending = buf[-(self.HEAD - 1) :] if len(buf) >= self.HEAD - 1 else buf
-                return b""
-            if len(buf) - at < self.HEAD:
-                self._pending = buf[at:]
-                return b""
-            size = int.from_bytes(buf[at + 8 : at + 16], "little")
-            if 0 < size <= MAX_PATH and buf[at + 16 : at + self.HEAD] == self._prefix:
-                self._decoder = _Decoder(_derivation(self._store_dir))
-                self._decoded = b""
-                return buf[at + 8 :]
-            start = at + 1
+        match = self._pattern.search(buf)
+        if match is None:
+            # Keep what could be the start of an op cut off by the end of this chunk.
+            self._pending = buf[-(15 + len(self._prefix)) :]
+            return b""
+        at = match.start()
+        self._decoder = _Decoder(_derivation(self._store_dir))
+        self._decoded = b""
+        return buf[at + 8 :]
 
     def _feed_candidate(self, data: bytes) -> bytes:
         assert self._decoder is not None
