@@ -23,7 +23,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+
+from buildreport.models import ImportRecord
 
 NIX_CONF = "sandbox = false\nsubstituters =\nexperimental-features = nix-command\n"
 
@@ -199,6 +202,7 @@ class Runner:
         for path in sorted(self.spool.glob("*.jsonl")):
             for line in path.read_text().splitlines():
                 record = json.loads(line)
+                assert_import_record(record)
                 by_source[record["source_id"]].append(record)
         return dict(by_source)
 
@@ -223,6 +227,13 @@ class Runner:
     def runner_log(self) -> str:
         path = self.spool / ".runner" / "runner.log"
         return path.read_text() if path.exists() else ""
+
+
+def assert_import_record(record: dict[str, Any]) -> None:
+    """A spooled record is an import record without account and build_id, plus its source ids."""
+    fields = {k: v for k, v in record.items() if k not in ("source_id", "restart_of_source_id")}
+    assert "account" not in fields and "build_id" not in fields
+    msgspec.convert({**fields, "account": "acme", "build_id": 1}, ImportRecord, strict=False)
 
 
 def path_info(runner: Runner, paths: list[str]) -> dict[str, dict[str, Any]]:

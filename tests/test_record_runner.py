@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 from nix_runner import Runner, kill_group, path_info, require_tools
 
+from buildreport.record.protocol import BuildResult, BuildResultStatus, DaemonError
+from buildreport.record.runner import status_of, tags_from_env
+
 DATA = Path(__file__).parent / "data" / "nix_session"
 TIMEOUT = 3
 CPU_COUNT = 3
@@ -306,3 +309,33 @@ def test_runner_refuses_a_session_that_asks_for_another_command(tmp_path: Path) 
         "this session asked for `sh -c id`"
     )
     assert "Traceback" not in proc.stderr
+
+
+# --- pure parts -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "duration", "expected"),
+    [
+        (BuildResultStatus.Built, 1.0, "built"),
+        (BuildResultStatus.AlreadyValid, 0.0, None),
+        (BuildResultStatus.Substituted, 0.0, None),
+        (BuildResultStatus.PermanentFailure, 1.0, "build_failed"),
+        (BuildResultStatus.DependencyFailed, 0.0, "build_failed"),
+        (BuildResultStatus.LogLimitExceeded, 1.0, "build_failed"),
+        (BuildResultStatus.TimedOut, 1.0, "timeout"),
+        (BuildResultStatus.PermanentFailure, 10.0, "timeout"),  # failed at the runner's own limit
+        (BuildResultStatus.MiscFailure, 1.0, "internal_error"),
+    ],
+)
+def test_status_of_a_build_result(status: int, duration: float, expected: str | None) -> None:
+    assert status_of(BuildResult(status, ""), duration, timeout=10) == expected
+
+
+def test_status_of_a_daemon_error_is_internal_error() -> None:
+    assert status_of(DaemonError("boom"), 1.0, None) == "internal_error"
+
+
+def test_tags_come_from_service_tag_variables_only() -> None:
+    env = {"SERVICE_TAG_project": "web", "SERVICE_TAG_": "no key", "PATH": "/bin", "service_tag_x": "case"}
+    assert tags_from_env(env) == {"project": "web"}
