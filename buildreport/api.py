@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode
 
 import msgspec
-from litestar import Request, Response, Router, get
+from litestar import Request, Response, Router, get, post
+from litestar.di import Provide
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.openapi.spec import OpenAPIFormat, OpenAPIType
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, Operation, Schema
 from litestar.params import PathParameter, QueryParameter
 
-from buildreport import filters
+from buildreport import filters, ingestion
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.errors import NotFound
-from buildreport.models import Build, BuildSummary, BuildURL, Problem, Usage
+from buildreport.models import Build, BuildRecord, BuildSummary, BuildURL, InvalidRecord, Problem, Usage, WriteResult
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
+from buildreport.store.writes import WriteConflicts, Writes
 from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
-from buildreport.tokens import READ_SCOPE
+from buildreport.tokens import READ_SCOPE, WRITE_SCOPE
 
 _ENCODE = msgspec.json.encode
 Pairs = list[tuple[str, str]]
@@ -79,6 +83,8 @@ def _errors(*codes: int) -> dict[int, ResponseSpec]:
         401: "Missing, unknown, expired or revoked token.",
         403: "The token lacks the build:read scope.",
         404: "No such build for this account.",
+        413: "The body, inflated, or its number of records is over the limit.",
+        415: "The body is neither application/json nor application/x-ndjson, or not gzip-encoded.",
         429: "Rate limit reached; see Retry-After.",
     }
     return {
@@ -237,11 +243,75 @@ async def get_usage(
     return json_response(request, _ENCODE(usage))
 
 
+class InvalidRecordsProblem(Problem):
+    """The 400 of `POST /builds`: every bad record, by its 0-based position in the request."""
+
+    invalid_records: list[InvalidRecord] | None = None
+    invalid_record_count: int | None = None
+
+
+def _documented_body(data: list[BuildRecord]) -> None:
+    """Never called: it puts the record type of `POST /builds` into the OpenAPI document, while the handler
+    reads the body itself, to bound its size and to report every bad record rather than the first."""
+
+
+@dataclass
+class _RecordsOperation(Operation):
+    """The documented body also as JSON Lines: each line one record, as the array's items are."""
+
+    def __post_init__(self) -> None:
+        if self.request_body is not None:
+            array = self.request_body.content[ingestion.JSON].schema
+            if isinstance(array, Schema) and array.items is not None:
+                self.request_body.content[ingestion.NDJSON] = OpenAPIMediaType(schema=array.items)  # type: ignore[arg-type]
+
+
+@post(
+    "/builds",
+    operation_id="writeBuilds",
+    summary="Record builds: create them, or update them by build_id or source_id",
+    description="A JSON array of build records (`application/json`) or one record a line "
+    "(`application/x-ndjson`), optionally `Content-Encoding: gzip`. Validated whole, written in one "
+    "transaction; `build_ids` lists each record's build in request order. Needs the build:write scope.",
+    opt={"scope": WRITE_SCOPE},
+    request_max_body_size=None,  # bounded by the handler itself, gzip inflation included
+    dependencies={"_body": Provide(_documented_body, sync_to_thread=False)},
+    status_code=200,
+    operation_class=_RecordsOperation,
+    responses={
+        200: _ok(WriteResult, "What was written."),
+        400: ResponseSpec(
+            InvalidRecordsProblem,
+            description="Invalid records, each named in `invalid_records`; nothing was written.",
+            media_type="application/problem+json",
+            generate_examples=False,
+        ),
+        **_errors(401, 403, 413, 415, 429),
+    },
+)
+async def write_builds(request: Request[Any, Any, Any]) -> Response[bytes]:
+    settings = request.app.state.settings
+    kind, encoding = ingestion.media_type(request.scope["headers"])
+    declared = request.headers.get("content-length")
+    body = await ingestion.read_body(
+        request.stream(), int(declared) if declared and declared.isdigit() else None, settings.max_body_bytes
+    )
+    records = await asyncio.to_thread(
+        ingestion.decode_body, body, kind, encoding, settings.max_body_bytes, settings.max_records
+    )
+    writes: Writes = request.app.state.writes
+    try:
+        result = await writes.write(_principal(request).account_id, records, now_us())
+    except WriteConflicts as exc:
+        raise ingestion.InvalidRecords(exc.invalid) from None
+    return Response(content=_ENCODE(result), media_type="application/json", headers={"Cache-Control": "no-store"})
+
+
 def api_router(rate_limit: int) -> Router:
     limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
     return Router(
         path="/",
-        route_handlers=[list_builds, summarize_builds, get_build, get_build_url, get_usage],
+        route_handlers=[list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds],
         middleware=[AuthMiddleware("reader", limiter)],
         opt={"scope": READ_SCOPE},
         tags=["builds"],

@@ -26,6 +26,7 @@ from buildreport.models import Health
 from buildreport.signing import LinkSigner
 from buildreport.store.reader import Reader
 from buildreport.store.schema import open_database
+from buildreport.store.writes import Writes
 
 log = logging.getLogger("buildreport")
 
@@ -102,9 +103,11 @@ def create_litestar(settings: Settings) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.reader = await Reader.open(settings.db)
+        app.state.writes = Writes(settings.db)
         try:
             yield
         finally:
+            await app.state.writes.close()
             await app.state.reader.close()
 
     from buildreport.web import web_router  # the signed page is a second face over the same reader

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from buildreport import __version__
-from buildreport.config import DEFAULT_RATE_LIMIT, Settings, default_db
+from buildreport.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_RATE_LIMIT, Settings, default_db
 from buildreport.store.schema import DatabaseError, open_database
 from buildreport.times import US_PER_SECOND, format_us, now_us
 
@@ -84,6 +84,22 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             envvar="BUILDREPORT_WORKERS",
         ),
         click.option("--access-log/--no-access-log", default=True, show_default=True),
+        click.option(
+            "--max-body-bytes",
+            default=DEFAULT_MAX_BODY_BYTES,
+            show_default=True,
+            type=click.IntRange(1024, 1024**3),
+            envvar="BUILDREPORT_MAX_BODY_BYTES",
+            help="Largest POST /builds body, also once gzip is inflated; larger ones get 413.",
+        ),
+        click.option(
+            "--max-records",
+            default=DEFAULT_MAX_RECORDS,
+            show_default=True,
+            type=click.IntRange(1, 100_000),
+            envvar="BUILDREPORT_MAX_RECORDS",
+            help="Most build records in one POST /builds; more get 413.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)

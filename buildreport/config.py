@@ -10,6 +10,8 @@ import msgspec
 
 DEFAULT_DB = "buildreport.db"
 DEFAULT_RATE_LIMIT = 3000  # requests a minute per token and process
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024  # of a POST /builds body, after gzip inflation too
+DEFAULT_MAX_RECORDS = 5000  # records in one POST /builds
 SETTINGS_ENV = "BUILDREPORT_SETTINGS"
 
 
@@ -22,6 +24,8 @@ class Settings(msgspec.Struct, frozen=True):
     rate_limit: int = DEFAULT_RATE_LIMIT
     workers: int = 1
     access_log: bool = True
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_records: int = DEFAULT_MAX_RECORDS
 
     @property
     def base_url(self) -> str:

@@ -18,6 +18,8 @@ _TITLES = {
     405: ("method-not-allowed", "Method not allowed"),
     406: ("not-acceptable", "Not acceptable"),
     410: ("gone", "Gone"),
+    413: ("content-too-large", "Content too large"),
+    415: ("unsupported-media-type", "Unsupported media type"),
     429: ("rate-limited", "Too many requests"),
     500: ("internal-error", "Internal server error"),
     503: ("unavailable", "Service unavailable"),

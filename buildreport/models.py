@@ -143,6 +143,47 @@ ImportRecord = msgspec.defstruct(
     "ImportRecord", _import_fields(), kw_only=True, forbid_unknown_fields=True, module=__name__
 )
 
+SourceId = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=200,
+        description="The sender's own id of a build, unique within the account, e.g. `runner-3:8f14e45f`.",
+    ),
+]
+
+
+def _write_fields() -> list[tuple[str, Any, Any]]:
+    """The import record's fields as `POST /builds` takes them: no account (the token's), `build_id` optional,
+    and the sender's own ids of the build and of the build it restarts."""
+    fields: list[tuple[str, Any, Any]] = []
+    for name, kind, default in _import_fields():
+        if name == "account":
+            continue
+        fields.append((name, kind | None, None) if name == "build_id" else (name, kind, default))
+    return [*fields, ("source_id", SourceId | None, None), ("restart_of_source_id", SourceId | None, None)]
+
+
+# One record of `POST /builds` (and of a spool file): it names its build by `build_id` or `source_id`.
+BuildRecord = msgspec.defstruct(
+    "BuildRecord", _write_fields(), kw_only=True, forbid_unknown_fields=True, module=__name__
+)
+
+
+class WriteResult(msgspec.Struct):
+    """What `POST /builds` did: counts, and each record's build id in request order."""
+
+    created: int
+    updated: int
+    unchanged: int
+    build_ids: list[int]
+
+
+class InvalidRecord(msgspec.Struct):
+    index: int
+    field: str
+    reason: str
+
 
 class InvalidParam(msgspec.Struct):
     name: str

@@ -11,6 +11,7 @@ TOKEN_PREFIX = "brt_"
 TOKEN_ID_PREFIX = "tok_"
 SCOPES = ("build:read", "build:write")
 READ_SCOPE = "build:read"
+WRITE_SCOPE = "build:write"
 TOKEN_SHAPE = re.compile(r"brt_[A-Za-z0-9_-]{43}")
 
 

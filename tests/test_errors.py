@@ -282,15 +282,21 @@ def test_unknown_path_is_404(api, path, with_token):
     assert response.headers.get("x-request-id")
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
-@pytest.mark.parametrize("path", ALL_PATHS)
+# POST /builds is the one write; every other method and path is read-only.
+WRITES = {("/builds", "POST")}
+
+
+@pytest.mark.parametrize(
+    ("path", "method"),
+    [(p, m) for p in ALL_PATHS for m in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS") if (p, m) not in WRITES],
+)
 def test_other_methods_are_405_with_allow(api, path, method):
     client, secret = api
     response = client.request(method, path, headers=auth(secret), content=b"{}")
     assert_problem(response, 405)
     allowed = {m.strip() for m in response.headers["allow"].split(",")}
     assert {"GET", "HEAD"} <= allowed
-    assert not allowed & {"POST", "PUT", "DELETE", "PATCH", "OPTIONS"}
+    assert allowed - {"GET", "HEAD"} == {m for p, m in WRITES if p == path}
 
 
 # --- HEAD --------------------------------------------------------------------------------------
@@ -350,7 +356,8 @@ def test_request_id_is_generated_when_absent_and_differs_each_time(api):
     ("GET", "/builds/999", True),  # 404
     ("GET", "/nope", False),  # 404
     ("GET", "/builds?limit=0", True),  # 400
-    ("POST", "/builds", True),  # 405
+    ("POST", "/builds", True),  # 403: a read token cannot write
+    ("DELETE", "/builds", True),  # 405
     ("HEAD", "/builds", True),
 ])
 def test_request_id_is_on_errors_too(api, method, path, with_token):
@@ -530,7 +537,22 @@ def test_openapi_is_3_1_and_lists_every_path(openapi):
     assert set(openapi["paths"]) == set(PARAMETERS) | {"/healthz"}
     for path, item in openapi["paths"].items():
         assert "get" in item, path
-        assert not {"post", "put", "delete", "patch"} & set(item), path
+        assert {"post", "put", "delete", "patch"} & set(item) == {m.lower() for p, m in WRITES if p == path}, path
+
+
+def test_openapi_documents_the_write_body_from_the_record_type(openapi):
+    operation = openapi["paths"]["/builds"]["post"]
+    content = operation["requestBody"]["content"]
+    record = {"$ref": "#/components/schemas/BuildRecord"}
+    assert content["application/json"]["schema"] == {"type": "array", "items": record}
+    assert content["application/x-ndjson"]["schema"] == record
+    properties = openapi["components"]["schemas"]["BuildRecord"]["properties"]
+    assert {"source_id", "restart_of_source_id", "build_id", "log"} <= set(properties)
+    assert "account" not in properties
+    assert properties["source_id"]["maxLength"] == 200
+    for code in ("200", "400", "401", "403", "413", "415", "429"):
+        assert code in operation["responses"], code
+    assert "invalid_records" in str(operation["responses"]["400"])
 
 
 @pytest.mark.parametrize("path", list(PARAMETERS))

@@ -8,6 +8,7 @@ from buildreport.filters import BuildFilter, Cursor, ListQuery, UsageQuery
 from buildreport.models import BuildStatus
 from buildreport.store import queries
 from buildreport.store.schema import open_database
+from buildreport.store.writer import builds_by_source
 
 FILTERS = {
     "window": BuildFilter(create_from_us=1, create_to_us=None),
@@ -34,6 +35,7 @@ QUERIES = {
     "one build": queries.get_build(1, 5),
     "log": queries.get_log(1, 5),
     "token": queries.token_by_digest(b"x" * 32),
+    "builds by source id (POST /builds)": builds_by_source(1, ["runner-1:a", "runner-1:b"]),
 }
 
 

@@ -157,3 +157,56 @@ def test_summary_from_totals_equals_summary_from_builds(summary_db, start, lengt
     raw_sql, raw_params = queries._raw_summary(1, build_filter)
     (raw,) = summary_db.execute(raw_sql, raw_params).fetchall()
     assert combined == raw
+
+
+# --- writes over HTTP keep the totals exact too -----------------------------------------------------
+
+write_strategy = st.fixed_dictionaries(
+    {
+        "source": st.integers(1, 12),
+        "named": st.booleans(),
+        "account": st.sampled_from(["acme", "globex"]),
+        "minutes": st.integers(0, 60 * 24 * 3),
+        "status": st.sampled_from([s.value for s in BuildStatus]),
+        "duration": st.integers(0, 60 * 60 * 30),
+        "cpu": st.integers(0, 10_000),
+        "nar": st.integers(0, 10**9),
+    }
+)
+
+
+def to_write_record(spec: dict) -> dict:
+    """A POST /builds record: by source id, or by a build id of its account's own range, far from the ids the
+    service assigns after it (the next free ones)."""
+    body = to_record({**spec, "build_id": 1})
+    del body["account"], body["build_id"]
+    if spec["named"]:
+        body["build_id"] = 10**9 * spec["source"] + 5 * 10**8 * (spec["account"] == "globex")
+    else:
+        body["source_id"] = f"runner:{spec['source']}"
+    return body
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests=st.lists(st.lists(write_strategy, min_size=1, max_size=12), min_size=1, max_size=4))
+def test_totals_equal_a_fresh_computation_after_any_http_writes(requests):
+    from conftest import Env, auth
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = Env(Path(tmp))
+        tokens = {name: env.token(name, ("build:write",)) for name in ("acme", "globex")}
+        with env.client() as client:
+            for batch in requests:
+                for account in ("acme", "globex"):
+                    body = [to_write_record(spec) for spec in batch if spec["account"] == account]
+                    if body:
+                        response = client.post("/builds", json=body, headers=auth(tokens[account]))
+                        assert response.status_code == 200, response.text
+                        answer = response.json()
+                        assert answer["created"] + answer["updated"] + answer["unchanged"] == len(body)
+        conn = open_database(env.db)
+        hourly, daily, usage = stored_totals(conn)
+        assert hourly == totals_from_builds(conn, US_PER_HOUR)
+        assert daily == totals_from_builds(conn, US_PER_DAY)
+        assert usage == daily_from_builds(conn)
+        conn.close()

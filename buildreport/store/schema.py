@@ -99,6 +99,11 @@ MIGRATIONS: tuple[str, ...] = (
         hourly_totals=_TOTALS_TABLE.format(name="hourly_totals"),
         daily_totals=_TOTALS_TABLE.format(name="daily_totals"),
     ),
+    """
+    -- The sender's own id of a build written over HTTP: unique per account, so a retry updates the same build.
+    ALTER TABLE builds ADD COLUMN source_id TEXT;
+    CREATE UNIQUE INDEX builds_by_source ON builds (account_id, source_id) WHERE source_id IS NOT NULL;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,7 +1,12 @@
-"""The writer used by import: upserts builds, their tags and logs, and keeps restart links two-way.
+"""The one writer of builds, for `import` and `POST /builds` alike: upserts builds, their tags and logs,
+keeps restart links two-way and the kept totals in step.
 
 It runs inside a transaction the caller owns; a conflict is reported, not raised, so that one
-import can name every bad record before the caller rolls everything back.
+import or request can name every bad record before the caller rolls everything back.
+
+A build is named by its `build_id`, or by the sender's `source_id` (unique per account), for which the
+writer assigns the next free build id. A finished build never goes back to pending or running: a record
+that would do that is older news, ignored and counted as unchanged.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from datetime import UTC
 
 import msgspec
 
-from buildreport.models import Build, ImportRecord
+from buildreport.models import UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
 from buildreport.store.totals import DAILY, HOURLY, day_of, hour_of, recompute_days, recompute_totals
 from buildreport.times import to_us
 
@@ -24,6 +29,7 @@ _DECODER = msgspec.json.Decoder(Build)
 BATCH_SIZE = 2000
 
 Conflict = Callable[[object, str, str], None]  # (location, field, reason)
+AnyRecord = ImportRecord | BuildRecord
 
 
 class WriteStats(msgspec.Struct):
@@ -38,6 +44,7 @@ class _Row(msgspec.Struct):
     location: object
     account_id: int
     build: Build
+    source_id: str | None
     body: bytes
     create_us: int
     start_us: int
@@ -46,12 +53,13 @@ class _Row(msgspec.Struct):
     log_size: int
 
     @classmethod
-    def of(cls, location: object, account_id: int, build: Build, log_text: str | None) -> _Row:
+    def of(cls, location: object, account_id: int, build: Build, log_text: str | None, source_id: str | None) -> _Row:
         raw_log = log_text.encode() if log_text is not None else None
         return cls(
             location=location,
             account_id=account_id,
             build=build,
+            source_id=source_id,
             body=_ENCODER.encode(build),
             create_us=to_us(build.create_time),
             start_us=to_us(build.start_time),
@@ -81,6 +89,7 @@ class _Row(msgspec.Struct):
             b.restarted_as_build_id,
             self.body,
             body_hash(self.body),
+            self.source_id,
         )
 
 
@@ -96,45 +105,86 @@ class _Existing(msgspec.Struct):
     restart_of: int | None
     restarted_as: int | None
     body: bytes
+    status: str
+    source_id: str | None
 
 
 _UPSERT = """
 INSERT INTO builds (build_id, account_id, create_us, start_us, duration_us, stop_us, status, cpu_seconds,
-                    nar_size_bytes, derivation_path, restart_of_build_id, restarted_as_build_id, body, body_hash)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    nar_size_bytes, derivation_path, restart_of_build_id, restarted_as_build_id, body, body_hash,
+                    source_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (build_id) DO UPDATE SET
     create_us = excluded.create_us, start_us = excluded.start_us, duration_us = excluded.duration_us,
     stop_us = excluded.stop_us, status = excluded.status, cpu_seconds = excluded.cpu_seconds,
     nar_size_bytes = excluded.nar_size_bytes, derivation_path = excluded.derivation_path,
     restart_of_build_id = excluded.restart_of_build_id, restarted_as_build_id = excluded.restarted_as_build_id,
-    body = excluded.body, body_hash = excluded.body_hash
+    body = excluded.body, body_hash = excluded.body_hash, source_id = coalesce(excluded.source_id, builds.source_id)
 """
 
 
-def to_build(record: ImportRecord) -> Build:
-    """The Build part of an import record (its leading fields), with its times in UTC."""
-    build = Build(*msgspec.structs.astuple(record)[:_BUILD_FIELD_COUNT])
+def builds_by_source(account_id: int, sources: Sequence[str]) -> tuple[str, list[object]]:
+    """The build ids of an account's source ids (read through the unique index on them)."""
+    marks = ",".join("?" * len(sources))
+    sql = f"SELECT source_id, build_id FROM builds WHERE account_id = ? AND source_id IN ({marks})"
+    return sql + " AND source_id IS NOT NULL", [account_id, *sources]
+
+
+def to_build(record: AnyRecord, build_id: int, restart_of: int | None) -> Build:
+    """The Build part of a record (its leading fields) with its ids resolved and its times in UTC."""
+    fields = msgspec.structs.astuple(record)
+    build = Build(build_id, *fields[1:_BUILD_FIELD_COUNT])
+    build.restart_of_build_id = restart_of
     if build.create_time.tzinfo is not UTC or build.start_time.tzinfo is not UTC:
         build.create_time = build.create_time.astimezone(UTC)
         build.start_time = build.start_time.astimezone(UTC)
     return build
 
 
-class BuildWriter:
-    """Writes import records in batches; `conflict` is told of every record that cannot be written."""
+class _Item(msgspec.Struct):
+    """One record on its way in: whose it is, and its ids once resolved."""
 
-    def __init__(self, conn: sqlite3.Connection, conflict: Conflict, now_us: int) -> None:
+    location: object
+    account_id: int
+    record: AnyRecord
+    build_id: int = 0
+    restart_of: int | None = None
+
+
+class BuildWriter:
+    """Writes records in batches; `conflict` is told of every record that cannot be written.
+
+    With `keep_ids`, `build_ids` holds each record's build id in the order added (None for a conflict).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, conflict: Conflict, now_us: int, *, keep_ids: bool = False) -> None:
         self._conn = conn
         self._conflict = conflict
         self._now_us = now_us
         self._accounts: dict[str, int] = dict(conn.execute("SELECT name, account_id FROM accounts").fetchall())
-        self._batch: list[tuple[object, ImportRecord]] = []
+        self._batch: list[_Item] = []
+        # Names of the builds in the batch: a record naming one of them again waits for the batch to be written.
+        self._keys: set[tuple[int, str] | int] = set()
+        self._next_id = 0
         self._hours: set[tuple[int, int]] = set()
         self._days: set[tuple[int, int]] = set()
         self.stats = WriteStats()
+        self.build_ids: list[int | None] | None = [] if keep_ids else None
 
-    def add(self, location: object, record: ImportRecord) -> None:
-        self._batch.append((location, record))
+    def add(self, location: object, record: AnyRecord, account_id: int | None = None) -> None:
+        """Queue a record; an import record names its account, a write record is the caller's `account_id`'s."""
+        if account_id is None:
+            account_id = self.account_id(record.account)  # type: ignore[union-attr]
+        source = getattr(record, "source_id", None)
+        restart_source = getattr(record, "restart_of_source_id", None)
+        own: list[tuple[int, str] | int] = [record.build_id] if record.build_id is not None else []
+        if source is not None:
+            own.append((account_id, source))
+        named = [*own, (account_id, restart_source)] if restart_source is not None else own
+        if any(key in self._keys for key in named):
+            self.flush()  # later records about the same build apply after earlier ones, in order
+        self._keys.update(own)
+        self._batch.append(_Item(location, account_id, record))
         if len(self._batch) >= BATCH_SIZE:
             self.flush()
 
@@ -142,6 +192,7 @@ class BuildWriter:
         if self._batch:
             self._write(self._batch)
             self._batch = []
+            self._keys = set()
 
     def finish(self) -> None:
         """Write what is batched and bring the totals of every touched hour and day in step."""
@@ -164,17 +215,72 @@ class BuildWriter:
     def _existing(self, ids: Sequence[int]) -> dict[int, _Existing]:
         marks = ",".join("?" * len(ids))
         rows = self._conn.execute(
-            "SELECT build_id, account_id, create_us, stop_us, restart_of_build_id, restarted_as_build_id, body"
-            f" FROM builds WHERE build_id IN ({marks})",
+            "SELECT build_id, account_id, create_us, stop_us, restart_of_build_id, restarted_as_build_id, body,"
+            f" status, source_id FROM builds WHERE build_id IN ({marks})",
             list(ids),
         ).fetchall()
         return {row[0]: _Existing(*row[1:]) for row in rows}
 
-    def _write(self, batch: list[tuple[object, ImportRecord]]) -> None:
-        existing = self._existing([record.build_id for _, record in batch])
+    def _sources(self, items: list[_Item]) -> dict[tuple[int, str], int]:
+        """Build ids of every source id the batch names, per account."""
+        wanted: dict[int, set[str]] = {}
+        for item in items:
+            for source in (getattr(item.record, "source_id", None), getattr(item.record, "restart_of_source_id", None)):
+                if source is not None:
+                    wanted.setdefault(item.account_id, set()).add(source)
+        found: dict[tuple[int, str], int] = {}
+        for account_id, sources in wanted.items():
+            rows = self._conn.execute(*builds_by_source(account_id, sorted(sources))).fetchall()
+            found.update(((account_id, source), build_id) for source, build_id in rows)
+        return found
+
+    def _resolve(self, items: list[_Item]) -> list[_Item]:
+        """Give every record its build id and restart link; the records that can be written."""
+        sources = self._sources(items) if any(hasattr(item.record, "source_id") for item in items) else {}
+        unnamed = [item for item in items if item.record.build_id is None]  # only write records lack a build id
+        if any((item.account_id, getattr(item.record, "source_id", None)) not in sources for item in unnamed):
+            (stored_max,) = self._conn.execute("SELECT coalesce(max(build_id), 0) FROM builds").fetchone()
+            named = max((item.record.build_id or 0 for item in items), default=0)
+            self._next_id = max(self._next_id, stored_max + 1, named + 1)
+        resolved = []
+        for item in items:
+            record = item.record
+            source = getattr(record, "source_id", None)
+            known = sources.get((item.account_id, source)) if source is not None else None
+            if record.build_id is None:
+                if known is None:
+                    known, self._next_id = self._next_id, self._next_id + 1
+                item.build_id = known
+            elif known is not None and known != record.build_id:
+                self._conflict(item.location, "source_id", f"{source!r} already names build {known}")
+                continue
+            else:
+                item.build_id = record.build_id
+            item.restart_of = record.restart_of_build_id
+            restart_source = getattr(record, "restart_of_source_id", None)
+            if restart_source is not None:
+                target = sources.get((item.account_id, restart_source))
+                reason = None
+                if target is None:
+                    reason = f"no build {restart_source!r} in this account"
+                elif item.restart_of is not None and item.restart_of != target:
+                    reason = f"names build {target}, but restart_of_build_id is {item.restart_of}"
+                if reason is not None:
+                    self._conflict(item.location, "restart_of_source_id", reason)
+                    continue
+                item.restart_of = target
+            resolved.append(item)
+        return resolved
+
+    def _write(self, batch: list[_Item]) -> None:
+        items = self._resolve(batch)
+        if self.build_ids is not None:
+            ok = {id(item) for item in items}
+            self.build_ids += [item.build_id if id(item) in ok else None for item in batch]
+        existing = self._existing([item.build_id for item in items])
         rows: list[_Row] = []
-        for location, record in batch:
-            row = self._prepare(location, record, existing.get(record.build_id))
+        for item in items:
+            row = self._prepare(item, existing.get(item.build_id))
             if row is not None:
                 rows.append(row)
         self._conn.executemany(_UPSERT, [row.values() for row in rows])
@@ -190,20 +296,29 @@ class BuildWriter:
         )
         self._link_peers(rows)
 
-    def _prepare(self, location: object, record: ImportRecord, old: _Existing | None) -> _Row | None:
-        account_id = self.account_id(record.account)
-        build = to_build(record)
+    def _prepare(self, item: _Item, old: _Existing | None) -> _Row | None:
+        location, account_id, record = item.location, item.account_id, item.record
+        build = to_build(record, item.build_id, item.restart_of)
+        source = getattr(record, "source_id", None)
         if old is not None:
             if old.account_id != account_id:
                 self._conflict(location, "build_id", f"build {build.build_id} belongs to another account")
                 return None
+            if source is not None and old.source_id is not None and source != old.source_id:
+                self._conflict(location, "source_id", f"build {build.build_id} has source_id {old.source_id!r}")
+                return None
+            if build.build_status in UNFINISHED and BuildStatus(old.status) not in UNFINISHED:
+                self.stats.unchanged += 1  # older news: a finished build stays finished
+                return None
             build = self._merge_links(location, build, old)
             if build is None:
                 return None
-        row = _Row.of(location, account_id, build, record.log)
+        row = _Row.of(location, account_id, build, record.log, source)
         if old is None:
             self.stats.created += 1
-        elif old.body == row.body and (row.log is None or self._same_log(build.build_id, row.log)):
+        elif old.body == row.body and (row.log is None or self._same_log(build.build_id, row.log)) and (
+            source is None or old.source_id == source
+        ):
             self.stats.unchanged += 1
             return None
         else:

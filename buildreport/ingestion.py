@@ -1,0 +1,165 @@
+"""The body of `POST /builds`: its media type, encoding and size, and the records in it, validated whole.
+
+Reading is bounded everywhere: the body as it arrives, and a gzip body as it inflates, so neither a
+large upload nor a small "zip bomb" can hold more than the configured number of bytes in memory.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import AsyncIterator
+
+import msgspec
+
+from buildreport.errors import Problem
+from buildreport.ingest import check_record, decode_error
+from buildreport.models import BuildRecord, InvalidRecord
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+MEDIA_TYPES = (JSON, NDJSON)
+# A bad request names this many records; `invalid_record_count` says how many there were in all.
+MAX_REPORTED_RECORDS = 100
+_INFLATE_CHUNK = 1024 * 1024
+
+_NAMED_FIELD = re.compile(r"(?:missing required|unknown) field `([^`]+)`")
+_RECORD = msgspec.json.Decoder(BuildRecord)
+_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class InvalidRecords(Problem):
+    """A 400 naming the bad records of a request (the first MAX_REPORTED_RECORDS of them)."""
+
+    def __init__(self, invalid: list[InvalidRecord]) -> None:
+        shown = invalid[:MAX_REPORTED_RECORDS]
+        first = shown[0]
+        super().__init__(
+            400,
+            f"{len(invalid)} invalid record{'s' if len(invalid) != 1 else ''}; nothing was written. "
+            f"First: record {first.index}: {first.field}: {first.reason}",
+            invalid_records=[msgspec.structs.asdict(r) for r in shown],
+            invalid_record_count=len(invalid),
+        )
+        self.invalid = invalid
+
+
+def too_large(limit: int) -> Problem:
+    return Problem(413, f"The request body is larger than {limit} bytes; send fewer records a request")
+
+
+def media_type(headers: list[tuple[bytes, bytes]]) -> tuple[str, str]:
+    """(media type, content coding) of a request, or a 415 that names what is accepted."""
+    content_type = b""
+    coding = b""
+    for key, value in headers:
+        if key == b"content-type":
+            content_type = value
+        elif key == b"content-encoding":
+            coding = value
+    kind = content_type.decode("latin-1").split(";")[0].strip().lower()
+    if kind not in MEDIA_TYPES:
+        raise Problem(415, f"Content-Type must be {JSON} (an array of records) or {NDJSON} (a record a line)")
+    encoding = coding.decode("latin-1").strip().lower()
+    if encoding not in ("", "identity", "gzip"):
+        raise Problem(415, "Content-Encoding must be gzip or left out", headers={"Accept-Encoding": "gzip"})
+    return kind, encoding
+
+
+async def read_body(chunks: AsyncIterator[bytes], declared: int | None, limit: int) -> bytes:
+    """The body as sent, refused with a 413 as soon as it is known to be larger than `limit`."""
+    if declared is not None and declared > limit:
+        raise too_large(limit)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def inflate(body: bytes, limit: int) -> bytes:
+    """A gzip body inflated in bounded steps; a 413 once it would exceed `limit` bytes."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    parts: list[bytes] = []
+    size = 0
+    pending = body
+    try:
+        while pending:
+            part = inflater.decompress(pending, min(_INFLATE_CHUNK, limit - size + 1))
+            size += len(part)
+            if size > limit:
+                raise too_large(limit)
+            parts.append(part)
+            pending = inflater.unconsumed_tail
+            if inflater.eof:
+                break
+    except zlib.error as exc:
+        raise Problem(400, f"The body is not valid gzip: {exc}") from exc
+    if not inflater.eof:
+        raise Problem(400, "The gzip body is cut short")
+    return b"".join(parts)
+
+
+def split_records(body: bytes, kind: str, max_records: int) -> list[bytes]:
+    """The encoded records of a body: the elements of a JSON array, or the non-blank lines of JSON Lines."""
+    if kind == JSON:
+        try:
+            raws: list[bytes] = [bytes(raw) for raw in _ARRAY.decode(body)]
+        except msgspec.MsgspecError as exc:
+            raise Problem(400, f"The body must be a JSON array of build records: {decode_error(exc)[1]}") from exc
+    else:
+        raws = [line for line in body.split(b"\n") if line.strip()]
+    if not raws:
+        raise Problem(400, "The body holds no records")
+    if len(raws) > max_records:
+        raise Problem(413, f"{len(raws)} records in one request; at most {max_records} are taken")
+    return raws
+
+
+def check_write_record(record: BuildRecord) -> tuple[str, str] | None:
+    """The import record's rules, and a name for the build: its build id or the sender's source id."""
+    if record.build_id is None and record.source_id is None:
+        return "source_id", "a record needs a build_id or a source_id"
+    if record.restart_of_source_id is not None and record.restart_of_source_id == record.source_id:
+        return "restart_of_source_id", "cannot equal source_id"
+    return check_record(record)  # type: ignore[arg-type]
+
+
+def _field_reason(exc: msgspec.MsgspecError) -> tuple[str, str]:
+    field, reason = decode_error(exc)
+    if "unknown field `account`" in reason:
+        return "account", "records are written to the token's account; leave `account` out"
+    named = _NAMED_FIELD.search(reason)
+    if field == "(record)" and named is not None:
+        return named[1], reason
+    return field, reason
+
+
+def parse_records(body: bytes, kind: str, max_records: int) -> list[BuildRecord]:
+    """Every record of a body, or InvalidRecords naming each bad one (its 0-based position among the records)."""
+    invalid: list[InvalidRecord] = []
+    records: list[BuildRecord] = []
+    for index, raw in enumerate(split_records(body, kind, max_records)):
+        try:
+            record = _RECORD.decode(raw)
+        except msgspec.MsgspecError as exc:
+            invalid.append(InvalidRecord(index, *_field_reason(exc)))
+            continue
+        problem = check_write_record(record)
+        if problem is not None:
+            invalid.append(InvalidRecord(index, *problem))
+            continue
+        records.append(record)
+    if invalid:
+        raise InvalidRecords(invalid)
+    return records
+
+
+def decode_body(body: bytes, kind: str, encoding: str, max_body_bytes: int, max_records: int) -> list[BuildRecord]:
+    """Inflate (when gzip) and parse a request body; CPU work, run off the event loop."""
+    if encoding == "gzip":
+        body = inflate(body, max_body_bytes)
+    return parse_records(body, kind, max_records)

@@ -1,0 +1,276 @@
+"""What Nix says about a build, shared by every recorder.
+
+- derivation attributes (`nix show-derivation`): system, outputs, `SERVICE_TAG_*` tags;
+- outputs with their NAR hash (SRI, as Nix gives it) and size (`nix path-info --json`);
+- the stored build log (`<log dir>/drvs/xx/rest.drv.bz2`, else `nix log`);
+- the events of `--log-format internal-json` and the error messages Nix prints when a build fails.
+
+Written against Nix 2.8 (Debian bookworm), whose messages and JSON shapes are the ones matched here.
+"""
+
+from __future__ import annotations
+
+import bz2
+import os
+import re
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from buildreport import ansi
+from buildreport.models import BuildOutput, BuildStatus
+
+TAG_PREFIX = "SERVICE_TAG_"
+# `nix path-info`, `nix show-derivation` and `nix log` are "experimental" commands in 2.8: enable them per call
+# so that a recorder works whatever the machine's nix.conf says.
+NIX_FLAGS = ("--extra-experimental-features", "nix-command")
+DEFAULT_LOG_DIR = "/nix/var/log/nix"
+
+# Activity and result types of `--log-format internal-json` (Nix's src/libutil/logging.hh).
+ACT_BUILDS = 104  # the whole set of builds: its progress results say how many are done, running, failed
+ACT_BUILD = 105  # one derivation being built: fields = [drv path, machine, current round, number of rounds]
+RES_BUILD_LOG_LINE = 101  # one line of a builder's output: fields = [text]
+RES_PROGRESS = 105  # fields = [done, expected, running, failed]
+
+
+class NixError(Exception):
+    """Nix could not answer; the message is one line a user can act on."""
+
+
+def tags_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The tags an environment (or a derivation's attributes) carries: `SERVICE_TAG_project=web` → project: web."""
+    return {
+        name[len(TAG_PREFIX) :]: value
+        for name, value in env.items()
+        if name.startswith(TAG_PREFIX) and len(name) > len(TAG_PREFIX)
+    }
+
+
+def strip_ansi(text: str) -> str:
+    """Text without its terminal colours and control sequences (Nix colours its error messages)."""
+    return ansi.strip(text)
+
+
+def nix_command(args: Sequence[str], *, timeout: float = 60.0) -> bytes:
+    """Standard output of `nix ARGS…`; NixError with Nix's own last line when it fails."""
+    try:
+        done = subprocess.run(
+            ["nix", *NIX_FLAGS, *args], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
+        )
+    except FileNotFoundError as exc:
+        raise NixError("nix is not installed or not on PATH") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise NixError(f"nix {args[0]} did not answer within {timeout:g} s") from exc
+    if done.returncode != 0:
+        lines = strip_ansi(done.stderr.decode(errors="replace")).strip().splitlines()
+        raise NixError(f"nix {args[0]} failed: {lines[-1].strip() if lines else f'exit status {done.returncode}'}")
+    return done.stdout
+
+
+# --- derivations --------------------------------------------------------------------------------------------
+
+
+class _ShownOutput(msgspec.Struct):
+    path: str = ""  # empty for content-addressed outputs, whose path is known only once built
+
+
+class _ShownDerivation(msgspec.Struct):
+    outputs: dict[str, _ShownOutput]
+    system: str
+    env: dict[str, str] = {}
+
+
+class Derivation(msgspec.Struct, frozen=True):
+    """What a recorder needs from a `.drv`: where it is, what it builds and on which system, its attributes."""
+
+    path: str
+    system: str
+    outputs: dict[str, str]  # output name → store path
+    env: dict[str, str]
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return tags_from_env(self.env)
+
+
+def show_derivations(drv_paths: Iterable[str]) -> dict[str, Derivation]:
+    """The derivations at `drv_paths`, by path (one `nix show-derivation` call for all of them)."""
+    paths = list(dict.fromkeys(drv_paths))
+    if not paths:
+        return {}
+    raw = nix_command(["show-derivation", *paths])
+    try:
+        shown = msgspec.json.decode(raw, type=dict[str, _ShownDerivation])
+    except msgspec.DecodeError as exc:
+        raise NixError(f"nix show-derivation printed something unexpected: {exc}") from exc
+    return {
+        path: Derivation(
+            path=path,
+            system=drv.system,
+            outputs={name: out.path for name, out in sorted(drv.outputs.items())},
+            env=drv.env,
+        )
+        for path, drv in shown.items()
+    }
+
+
+def show_derivation(drv_path: str) -> Derivation:
+    found = show_derivations([drv_path])
+    if drv_path not in found:
+        raise NixError(f"nix show-derivation said nothing about {drv_path}")
+    return found[drv_path]
+
+
+# --- store paths --------------------------------------------------------------------------------------------
+
+
+class PathInfo(msgspec.Struct, frozen=True, rename="camel"):
+    """One entry of `nix path-info --json`; an invalid (absent) path has only `path` and `valid: false`."""
+
+    path: str
+    valid: bool = True
+    nar_hash: str = ""
+    nar_size: int = 0
+    registration_time: int | None = None
+    deriver: str | None = None
+
+
+def path_infos(paths: Iterable[str]) -> dict[str, PathInfo]:
+    """The valid store paths among `paths`, by path; absent ones are left out."""
+    wanted = [p for p in dict.fromkeys(paths) if p]
+    if not wanted:
+        return {}
+    raw = nix_command(["path-info", "--json", *wanted])
+    try:
+        infos = msgspec.json.decode(raw, type=list[PathInfo])
+    except msgspec.DecodeError as exc:
+        raise NixError(f"nix path-info printed something unexpected: {exc}") from exc
+    return {info.path: info for info in infos if info.valid}
+
+
+def build_outputs(drv: Derivation) -> list[BuildOutput]:
+    """The outputs of `drv` that are valid in the store now, by output name, with NAR hash and size."""
+    infos = path_infos(drv.outputs.values())
+    return [
+        BuildOutput(name=name, path=path, nar_hash=infos[path].nar_hash, nar_size_bytes=infos[path].nar_size)
+        for name, path in sorted(drv.outputs.items())
+        if path in infos
+    ]
+
+
+def outputs_valid(drv: Derivation, outputs: Sequence[BuildOutput]) -> bool:
+    """Whether every output of `drv` is among `outputs` (a build that produced them all)."""
+    return bool(drv.outputs) and {o.name for o in outputs} >= drv.outputs.keys()
+
+
+# --- stored build logs --------------------------------------------------------------------------------------
+
+
+def log_dir() -> Path:
+    """Where this machine's Nix keeps build logs (`NIX_LOG_DIR`, as Nix itself reads it)."""
+    return Path(os.environ.get("NIX_LOG_DIR") or DEFAULT_LOG_DIR)
+
+
+def log_file(drv_path: str, directory: Path | None = None) -> Path:
+    """The compressed log Nix writes for `drv_path` when `keep-build-log` is on (the default)."""
+    base = os.path.basename(drv_path)
+    return (directory or log_dir()) / "drvs" / base[:2] / f"{base[2:]}.bz2"
+
+
+def log_mtime_ns(drv_path: str, directory: Path | None = None) -> int | None:
+    """When Nix last wrote the stored log of `drv_path` (≈ the end of its latest build), if there is one."""
+    try:
+        return log_file(drv_path, directory).stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def read_build_log(drv_path: str, directory: Path | None = None) -> str | None:
+    """The text of the stored build log of `drv_path` (stdout and stderr merged), or None when Nix kept none.
+
+    Read from the file where it is local; otherwise (another log directory, a store of its own) asked of
+    `nix log`. Bytes that are not UTF-8 are replaced, so any log can be recorded.
+    """
+    path = log_file(drv_path, directory)
+    try:
+        with bz2.open(path, "rb") as handle:
+            return handle.read().decode(errors="replace")
+    except FileNotFoundError:
+        pass
+    except (OSError, EOFError):
+        return None  # a log still being written (or cut short) is not a log yet
+    plain = path.with_suffix("")  # compress-build-log = false
+    try:
+        return plain.read_bytes().decode(errors="replace")
+    except OSError:
+        pass
+    try:
+        return nix_command(["log", drv_path]).decode(errors="replace")
+    except NixError:
+        return None
+
+
+# --- what Nix prints ------------------------------------------------------------------------------------------
+
+
+class NixEvent(msgspec.Struct):
+    """One `@nix {…}` line of `--log-format internal-json` (start, stop, result or msg)."""
+
+    action: str
+    id: int = 0
+    type: int = 0
+    level: int = 0
+    fields: list[Any] = []
+    text: str = ""
+    msg: str = ""
+    parent: int = 0
+
+
+_EVENT = msgspec.json.Decoder(NixEvent)
+EVENT_PREFIX = b"@nix "
+
+
+def parse_event(line: bytes) -> NixEvent | None:
+    """The event on a line of Nix's stderr, or None for any other line (or one that is not valid JSON)."""
+    if not line.startswith(EVENT_PREFIX):
+        return None
+    try:
+        return _EVENT.decode(line[len(EVENT_PREFIX) :])
+    except msgspec.DecodeError:
+        return None
+
+
+DRV = r"(?P<drv>/[^'\s]+\.drv)"
+BUILDER_FAILED = re.compile(rf"builder for '{DRV}' failed with exit code (?P<code>\d+)")
+TIMED_OUT = re.compile(
+    rf"building of '{DRV}(?:![^']*)?'(?: from \.drv file)? timed out after (?P<seconds>\d+) seconds"
+    r"(?P<silence> of silence)?"
+)
+INTERRUPTED = re.compile(r"\binterrupted by the user\b")
+
+
+class ErrorFinding(msgspec.Struct, frozen=True):
+    """What one of Nix's error messages says: which build ended how (drv_path None: the whole command)."""
+
+    status: BuildStatus
+    drv_path: str | None
+    message: str
+
+
+def read_error(message: str) -> ErrorFinding | None:
+    """The build an error message names and how it ended, or None for a message that says neither.
+
+    The message may carry Nix's colours; the finding's `message` is its first line without them.
+    """
+    text = strip_ansi(message)
+    first = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if match := BUILDER_FAILED.search(text):
+        return ErrorFinding(status=BuildStatus.build_failed, drv_path=match["drv"], message=first)
+    if match := TIMED_OUT.search(text):
+        return ErrorFinding(status=BuildStatus.timeout, drv_path=match["drv"], message=first)
+    if INTERRUPTED.search(text):
+        return ErrorFinding(status=BuildStatus.cancelled, drv_path=None, message=first)
+    return None

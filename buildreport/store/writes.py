@@ -1,0 +1,84 @@
+"""Writes for the server: one request's records in one transaction, on a connection and thread of their own.
+
+Readers use other connections; SQLite's WAL lets them read the last committed state throughout, so a
+write never blocks a read and no reader ever sees half a request. The write lock is taken when the
+transaction begins, after the body was read, inflated and validated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from buildreport.models import BuildRecord, InvalidRecord, WriteResult
+from buildreport.store.schema import configure
+from buildreport.store.writer import BuildWriter
+
+
+class WriteConflicts(Exception):
+    """Records the database refuses (an id of another account, an unknown restart); nothing was written."""
+
+    def __init__(self, invalid: list[InvalidRecord]) -> None:
+        super().__init__(f"{len(invalid)} records conflict with stored builds")
+        self.invalid = invalid
+
+
+def write_records(conn: sqlite3.Connection, account_id: int, records: list[BuildRecord], now_us: int) -> WriteResult:
+    """Write one request's records to an account in one transaction; WriteConflicts and no change on conflict."""
+    invalid: list[InvalidRecord] = []
+
+    def conflict(location: object, field: str, reason: str) -> None:
+        invalid.append(InvalidRecord(int(location), field, reason))  # type: ignore[call-overload]
+
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        writer = BuildWriter(conn, conflict, now_us, keep_ids=True)
+        for index, record in enumerate(records):
+            writer.add(index, record, account_id)
+        writer.finish()
+        if invalid:
+            raise WriteConflicts(sorted(invalid, key=lambda r: r.index))
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return WriteResult(
+        created=writer.stats.created,
+        updated=writer.stats.updated,
+        unchanged=writer.stats.unchanged,
+        build_ids=[i for i in writer.build_ids or [] if i is not None],
+    )
+
+
+class Writes:
+    """The server's write connection, used by one thread at a time, in the order requests arrive."""
+
+    def __init__(self, path: Path | str) -> None:
+        self._path = str(path)
+        self._conn: sqlite3.Connection | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            configure(self._conn)
+        return self._conn
+
+    def _write(self, account_id: int, records: list[BuildRecord], now_us: int) -> WriteResult:
+        return write_records(self._connection(), account_id, records, now_us)
+
+    async def write(self, account_id: int, records: list[BuildRecord], now_us: int) -> WriteResult:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._write, account_id, records, now_us)
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._thread, self._close)
+        self._thread.shutdown(wait=True)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

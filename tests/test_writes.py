@@ -1,0 +1,137 @@
+"""Writing builds: one request's records in one transaction, named by build_id or by the sender's source_id."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from conftest import record
+
+from buildreport.models import BuildRecord
+from buildreport.store.schema import open_database
+from buildreport.store.writes import WriteConflicts, write_records
+
+
+def write_record(source_id: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A valid record of POST /builds: an import record without account (and without build_id unless given)."""
+    base = record(fields.pop("build_id", 0), **fields)
+    base.pop("account")
+    if not base["build_id"]:
+        base.pop("build_id")
+    if source_id is not None:
+        base["source_id"] = source_id
+    return base
+
+
+def records(*dicts: dict[str, Any]) -> list[BuildRecord]:
+    return msgspec.json.decode(msgspec.json.encode(list(dicts)), type=list[BuildRecord])
+
+
+@pytest.fixture
+def conn(tmp_path: Path):
+    conn = open_database(tmp_path / "w.db")
+    conn.execute("INSERT INTO accounts (name, created_us) VALUES ('acme', 0), ('globex', 0)")
+    yield conn
+    conn.close()
+
+
+ACME, GLOBEX = 1, 2
+
+
+def stored(conn: sqlite3.Connection) -> list[tuple]:
+    return conn.execute("SELECT build_id, account_id, source_id, status FROM builds ORDER BY build_id").fetchall()
+
+
+def test_source_id_gets_a_new_build_id_and_a_retry_changes_nothing(conn):
+    first = write_records(conn, ACME, records(write_record("r:1"), write_record("r:2")), 0)
+    assert (first.created, first.updated, first.unchanged, first.build_ids) == (2, 0, 0, [1, 2])
+    again = write_records(conn, ACME, records(write_record("r:1"), write_record("r:2")), 0)
+    assert (again.created, again.updated, again.unchanged, again.build_ids) == (0, 0, 2, [1, 2])
+    assert stored(conn) == [(1, ACME, "r:1", "built"), (2, ACME, "r:2", "built")]
+
+
+def test_running_then_built_completes_the_same_build(conn):
+    write_records(conn, ACME, records(write_record("r:1", build_status="running")), 0)
+    done = write_records(conn, ACME, records(write_record("r:1", build_status="built")), 0)
+    assert (done.updated, done.build_ids) == (1, [1])
+    assert stored(conn) == [(1, ACME, "r:1", "built")]
+
+
+def test_a_finished_build_never_goes_back_to_running(conn):
+    write_records(conn, ACME, records(write_record("r:1", build_status="build_failed")), 0)
+    late = write_records(conn, ACME, records(write_record("r:1", build_status="running")), 0)
+    assert (late.unchanged, late.updated, late.build_ids) == (1, 0, [1])
+    assert stored(conn) == [(1, ACME, "r:1", "build_failed")]
+
+
+def test_records_of_one_build_in_one_request_apply_in_order(conn):
+    result = write_records(
+        conn,
+        ACME,
+        records(write_record("r:1", build_status="pending"), write_record("r:1", build_status="running"),
+                write_record("r:1", build_status="built"), write_record("r:1", build_status="running")),
+        0,
+    )
+    assert (result.created, result.updated, result.unchanged, result.build_ids) == (1, 2, 1, [1, 1, 1, 1])
+    assert stored(conn) == [(1, ACME, "r:1", "built")]
+
+
+def test_source_ids_are_per_account(conn):
+    write_records(conn, ACME, records(write_record("r:1")), 0)
+    other = write_records(conn, GLOBEX, records(write_record("r:1", cpu_seconds=7)), 0)
+    assert (other.created, other.build_ids) == (1, [2])
+    assert stored(conn) == [(1, ACME, "r:1", "built"), (2, GLOBEX, "r:1", "built")]
+
+
+def test_build_id_of_another_account_is_refused_and_nothing_is_written(conn):
+    write_records(conn, ACME, records(write_record(build_id=5)), 0)
+    before = stored(conn)
+    with pytest.raises(WriteConflicts) as caught:
+        write_records(conn, GLOBEX, records(write_record("g:1"), write_record(build_id=5, cpu_seconds=1)), 0)
+    assert [(r.index, r.field) for r in caught.value.invalid] == [(1, "build_id")]
+    assert stored(conn) == before
+
+
+def test_build_id_and_source_id_must_agree_with_what_is_stored(conn):
+    write_records(conn, ACME, records(write_record("r:1"), write_record("r:2")), 0)
+    with pytest.raises(WriteConflicts) as caught:
+        write_records(conn, ACME, records(write_record("r:2", build_id=1)), 0)
+    assert caught.value.invalid[0].field == "source_id"
+    assert "already names build 2" in caught.value.invalid[0].reason
+
+
+def test_a_named_build_takes_its_source_id(conn):
+    result = write_records(conn, ACME, records(write_record("r:9", build_id=40), write_record("r:10")), 0)
+    assert result.build_ids == [40, 41]  # an assigned id never collides with one the request names
+    assert write_records(conn, ACME, records(write_record("r:9")), 0).build_ids == [40]
+
+
+def test_restart_of_source_id_links_both_ways(conn):
+    result = write_records(
+        conn,
+        ACME,
+        records(write_record("r:1", build_status="internal_error"), write_record("r:2", restart_of_source_id="r:1")),
+        0,
+    )
+    assert result.build_ids == [1, 2]
+    links = conn.execute("SELECT build_id, restart_of_build_id, restarted_as_build_id FROM builds ORDER BY 1")
+    assert links.fetchall() == [(1, None, 2), (2, 1, None)]
+
+
+def test_restart_of_an_unknown_source_is_refused(conn):
+    with pytest.raises(WriteConflicts) as caught:
+        write_records(conn, ACME, records(write_record("r:2", restart_of_source_id="r:1")), 0)
+    assert (caught.value.invalid[0].field, caught.value.invalid[0].reason) == (
+        "restart_of_source_id",
+        "no build 'r:1' in this account",
+    )
+    assert stored(conn) == []
+
+
+def test_restart_of_another_accounts_source_is_unknown(conn):
+    write_records(conn, GLOBEX, records(write_record("r:1")), 0)
+    with pytest.raises(WriteConflicts):
+        write_records(conn, ACME, records(write_record("r:2", restart_of_source_id="r:1")), 0)
