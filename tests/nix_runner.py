@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from buildreport.models import ImportRecord
+from buildreport.models import BuildRecord
 
 NIX_CONF = "sandbox = false\nsubstituters =\nexperimental-features = nix-command\n"
 
@@ -230,10 +230,9 @@ class Runner:
 
 
 def assert_import_record(record: dict[str, Any]) -> None:
-    """A spooled record is an import record without account and build_id, plus its source ids."""
-    fields = {k: v for k, v in record.items() if k not in ("source_id", "restart_of_source_id")}
-    assert "account" not in fields and "build_id" not in fields
-    msgspec.convert({**fields, "account": "acme", "build_id": 1}, ImportRecord, strict=False)
+    """A spooled record is a record of `POST /builds` named by its source id alone."""
+    assert "account" not in record and record["build_id"] is None and record["source_id"]
+    msgspec.convert(record, BuildRecord, strict=False)
 
 
 def path_info(runner: Runner, paths: list[str]) -> dict[str, dict[str, Any]]:

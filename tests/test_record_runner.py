@@ -17,7 +17,7 @@ import pytest
 from nix_runner import Runner, kill_group, path_info, require_tools
 
 from buildreport.record.protocol import BuildResult, BuildResultStatus, DaemonError
-from buildreport.record.runner import status_of, tags_from_env
+from buildreport.record.runner import status_of
 
 DATA = Path(__file__).parent / "data" / "nix_session"
 TIMEOUT = 3
@@ -237,7 +237,7 @@ def test_runner_records_a_daemon_that_dies_as_internal_error_and_links_the_rebui
         assert earlier == first
         assert rebuilt["build_status"] == "built"
         assert rebuilt["restart_of_source_id"] == first["source_id"]
-        assert "restart_of_source_id" not in first
+        assert first["restart_of_source_id"] is None
     finally:
         runner.stop()
 
@@ -334,8 +334,3 @@ def test_status_of_a_build_result(status: int, duration: float, expected: str | 
 
 def test_status_of_a_daemon_error_is_internal_error() -> None:
     assert status_of(DaemonError("boom"), 1.0, None) == "internal_error"
-
-
-def test_tags_come_from_service_tag_variables_only() -> None:
-    env = {"SERVICE_TAG_project": "web", "SERVICE_TAG_": "no key", "PATH": "/bin", "service_tag_x": "case"}
-    assert tags_from_env(env) == {"project": "web"}

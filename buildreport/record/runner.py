@@ -29,7 +29,8 @@ from typing import Any
 
 import msgspec
 
-from buildreport.record import nixinfo
+from buildreport.models import BuildOutput, BuildRecord
+from buildreport.record import nix
 from buildreport.record.protocol import (
     BuildRequest,
     BuildResult,
@@ -47,7 +48,6 @@ from buildreport.record.usage import CpuMeter, SessionCgroup
 from buildreport.spool import write_spool_file
 
 DAEMON_COMMAND = "nix-daemon --stdio"
-TAG_PREFIX = "SERVICE_TAG_"
 CHUNK = 64 * 1024
 LOG_MAX_BYTES = 2 * 1024 * 1024  # the end of a longer log is kept
 MESSAGE_LINES = 10  # log lines in the status message of a failure without an error text
@@ -76,11 +76,6 @@ class RunnerConfig:
         for name, value in self.nix_options:
             argv += ["--option", name, value]
         return argv
-
-
-def tags_from_env(env: dict[str, str]) -> dict[str, str]:
-    """`SERVICE_TAG_project=web` -> `{"project": "web"}`."""
-    return {k[len(TAG_PREFIX) :]: v for k, v in env.items() if k.startswith(TAG_PREFIX) and len(k) > len(TAG_PREFIX)}
 
 
 def _utc(t: float) -> datetime:
@@ -123,7 +118,7 @@ class Build:
     dropped_lines: int = 0
     status: str | None = None
     message: str | None = None
-    outputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[BuildOutput] = field(default_factory=list)
     peak_memory_kb: int | None = None
 
     def add_log(self, line: str) -> None:
@@ -169,7 +164,7 @@ class Session:
         self.started = time.time()
         self.session_id = f"{time.time_ns()}.{os.getpid()}"
         self.log = RunnerLog(config.state_dir / "runner.log", self.session_id)
-        self.session_tags = tags_from_env(env)
+        self.session_tags = nix.tags_from_env(env)
         self.restarts = RestartState(config.state_dir)
         self.events: queue.Queue[tuple[float, str, Any]] = queue.Queue()
         self.lock = threading.Lock()
@@ -400,17 +395,28 @@ class Session:
         build.status = status or "built"
         if status != "built":
             text = result.message if isinstance(result, DaemonError) else result.error_msg
-            build.message = nixinfo.strip_ansi(text).strip() or self._log_tail(build)
+            build.message = nix.strip_ansi(text).strip() or self._log_tail(build)
         else:
             build.message = None
-        paths = [o.path for o in build.request.outputs if o.path]
-        if isinstance(result, BuildResult):
-            paths = list(dict.fromkeys([*paths, *result.built_outputs.values()]))
-        names = {o.path: o.name for o in build.request.outputs}
-        if isinstance(result, BuildResult):
-            names.update({path: name for name, path in result.built_outputs.items()})
-        build.outputs = nixinfo.outputs(paths, names) if status == "built" else []
+        if status == "built":
+            build.outputs = self._outputs(build, result)
         self._done(build)
+
+    def _outputs(self, build: Build, result: BuildResult | DaemonError) -> list[BuildOutput]:
+        """The derivation's outputs (and any the answer names besides) with NAR hash and size from the store."""
+        paths = {o.name: o.path for o in build.request.outputs if o.path}
+        if isinstance(result, BuildResult):
+            paths.update(result.built_outputs)
+        try:
+            infos = nix.path_infos(paths.values())
+        except nix.NixError as exc:
+            self.log(f"no outputs for {build.source_id}: {exc}")
+            return []
+        return [
+            BuildOutput(name=name, path=path, nar_hash=infos[path].nar_hash, nar_size_bytes=infos[path].nar_size)
+            for name, path in sorted(paths.items())
+            if path in infos
+        ]
 
     def _close(self, build: Build, at: float, status: str, message: str) -> None:
         """End a build that got no answer: the client left, the daemon died or the runner was stopped."""
@@ -466,7 +472,7 @@ class Session:
         utilization = None
         if cpu is not None and duration:
             utilization = round(cpu / (duration * config.cpu_count), 4)
-        tags = {**self.session_tags, **tags_from_env(build.request.env)}
+        tags = {**self.session_tags, **nix.tags_from_env(build.request.env)}
         record: dict[str, Any] = {
             "source_id": build.source_id,
             "create_time": _utc(build.create_time),
@@ -494,7 +500,12 @@ class Session:
 
     def _spool(self, build: Build, *, final: bool) -> None:
         try:
-            path = write_spool_file(self.config.spool, [msgspec.json.encode(self.record(build, final=final))])
+            record = msgspec.convert(self.record(build, final=final), BuildRecord, from_attributes=True)
+        except msgspec.ValidationError as exc:  # never expected: say so rather than spool what the service refuses
+            self.log(f"record of {build.source_id} is not valid: {exc}")
+            return
+        try:
+            path = write_spool_file(self.config.spool, [msgspec.json.encode(record)])
         except OSError as exc:
             self.log(f"could not spool {build.source_id}: {exc}")
             return
