@@ -71,7 +71,8 @@ def test_runner_records_a_built_derivation_with_outputs_log_tags_and_resources(r
     assert_timed(final, before, after)
     assert final["start_time"] == running["start_time"] and final["create_time"] == running["create_time"]
     assert final["system"] == "x86_64-linux"
-    assert final["tags"] == {"project": "web", "team": "infra", "drvtag": "yes"}
+    # Tags of the session and of the derivation; the derivation's value wins where both name one.
+    assert final["tags"] == {"project": "web", "team": "builders", "drvtag": "yes"}
     assert final["log"] == "building\nto-stderr\n"
     assert final["cpu_count"] == CPU_COUNT and final["allocated_megabytes"] == MEGABYTES
     assert isinstance(final["cpu_seconds"], int) and final["cpu_seconds"] >= 0
@@ -101,6 +102,16 @@ def test_runner_measures_the_cpu_time_of_a_busy_build(runner: Runner) -> None:
     cpu = final["average_cpu_utilization"] * final["duration_seconds"] * CPU_COUNT
     assert cpu == pytest.approx(spent, abs=0.15 + 0.1 * spent)
     assert abs(final["cpu_seconds"] - cpu) <= 0.501
+
+
+def test_runner_records_the_peak_memory_of_a_session_of_one_build(runner: Runner) -> None:
+    n = nonce()
+    drv = runner.drv_path("hog", n)
+    assert runner.build("hog", n).returncode == 0
+    final = runner.wait_final(drv)[-1]
+    assert final["log"] == "held 100000000 bytes\n"
+    # The shell held the 100 MB string: the session's largest process peaked above that, and not far above.
+    assert 100_000_000 / 1024 < final["peak_memory_use_kilobytes"] < 3 * 100_000_000 / 1024
 
 
 def test_runner_records_every_output_of_a_multi_output_derivation(runner: Runner) -> None:

@@ -372,7 +372,8 @@ class Session:
             build.add_log(value)
         elif kind == "finished":
             self._finish(build, at, value)
-        elif kind == "client_closed":
+        elif kind == "client_closed" or (kind == "signal" and value == signal.SIGHUP):
+            # The client closed its end, or the session's connection hung up.
             self._close(build, at, "client_disconnect", DISCONNECT_MESSAGE)
         elif kind == "signal":
             self._close(build, at, "internal_error", f"the runner was stopped by signal {value} during the build")
