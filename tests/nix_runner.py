@@ -72,9 +72,12 @@ def free_port() -> int:
 class Runner:
     """sshd + `buildreport runner` + a Nix client, all under `root`."""
 
-    def __init__(self, root: Path, runner_args: list[str], tags: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, root: Path, runner_args: list[str], tags: dict[str, str] | None = None, sink: list[str] | None = None
+    ) -> None:
         self.root = root
         self.spool = root / "spool"
+        self.state = root / "state"
         self.alias = f"buildreport-test-{uuid.uuid4().hex[:12]}"
         self.port = free_port()
         self.runner_conf = root / "runner-nix"
@@ -93,8 +96,9 @@ class Runner:
                 "-m",
                 "buildreport",
                 "runner",
-                "--spool",
-                str(self.spool),
+                *(sink or ["--spool", str(self.spool)]),
+                "--state-dir",
+                str(self.state),
                 *runner_args,
             ]
         )
@@ -207,6 +211,13 @@ class Runner:
                 by_source[record["source_id"]].append(record)
         return dict(by_source)
 
+    def wait_sessions(self, count: int, timeout: float = 30) -> None:
+        """Until `count` sessions have ended."""
+        deadline = time.monotonic() + timeout
+        while self.runner_log().count("session ended") < count:
+            assert time.monotonic() < deadline, self.runner_log()
+            time.sleep(0.1)
+
     def wait_final(self, drv_path: str, timeout: float = 30) -> list[dict[str, Any]]:
         """The records of the build of `drv_path` once its last one is final (and the session is over)."""
         return self.wait_builds(drv_path, 1, timeout)[-1]
@@ -226,7 +237,7 @@ class Runner:
         return self.runner_log().count("session ended") >= self.runner_log().count("session from")
 
     def runner_log(self) -> str:
-        path = self.spool / ".runner" / "runner.log"
+        path = self.state / "runner.log"
         return path.read_text() if path.exists() else ""
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from conftest import Env, auth
 from nix_runner import Runner, kill_group, path_info, require_tools
 
 from buildreport.record.protocol import BuildResult, BuildResultStatus, DaemonError
@@ -345,3 +346,31 @@ def test_status_of_a_build_result(status: int, duration: float, expected: str | 
 
 def test_status_of_a_daemon_error_is_internal_error() -> None:
     assert status_of(DaemonError("boom"), 1.0, None) == "internal_error"
+
+
+def test_runner_writes_to_a_local_database_and_the_api_answers_with_the_clients_tags(tmp_path: Path) -> None:
+    require_tools()
+    env = Env(tmp_path)
+    runner = Runner(
+        tmp_path / "r", [], tags={"GITHUB_REPOSITORY": "acme/webshop"}, sink=["--db", str(env.db), "--account", "acme"]
+    )
+    runner.start()
+    try:
+        n = nonce()
+        drv = runner.drv_path("ok", n)
+        assert runner.build("ok", n).returncode == 0
+        runner.wait_sessions(1)
+    finally:
+        runner.stop()
+    with env.client() as client:
+        response = client.get(
+            "/builds",
+            params={"tags": "GITHUB_REPOSITORY:acme/webshop", "derivation_path": drv},
+            headers=auth(env.token()),
+        )
+    assert response.status_code == 200, response.text
+    [build] = response.json()
+    assert build["build_status"] == "built"
+    assert build["tags"] == {"GITHUB_REPOSITORY": "acme/webshop", "drvtag": "yes", "team": "builders"}
+    assert [o["name"] for o in build["outputs"]] == ["out"]
+    assert "recorded" in runner.runner_log() and "in " + str(env.db) in runner.runner_log()

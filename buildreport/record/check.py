@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from buildreport.record.runner import RunnerConfig
+from buildreport.record.sink import DatabaseSink, SpoolSink
+from buildreport.store.schema import DatabaseError, open_database
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,24 @@ def _sshd_accepts_tags(sshd_config: Path) -> bool | None:
     return False
 
 
+def _check_sink(config: RunnerConfig) -> Finding:
+    sink = config.sink
+    if isinstance(sink, SpoolSink):
+        try:
+            sink.directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=sink.directory, prefix=".check-"):
+                pass
+        except OSError as exc:
+            return Finding("missing", f"spool: cannot write to {sink.directory}: {exc.strerror or exc}")
+        return Finding("ok", f"spool: {sink.directory} is writable")
+    assert isinstance(sink, DatabaseSink)
+    try:
+        open_database(sink.path).close()
+    except DatabaseError as exc:
+        return Finding("missing", f"database: {exc}")
+    return Finding("ok", f"database: {sink.path} is writable; builds go to account {sink.account}")
+
+
 def check(config: RunnerConfig, env: dict[str, str], sshd_config: Path = Path("/etc/ssh/sshd_config")) -> list[Finding]:
     found: list[Finding] = []
     daemon = shutil.which(config.nix_daemon, path=env.get("PATH"))
@@ -84,13 +104,7 @@ def check(config: RunnerConfig, env: dict[str, str], sshd_config: Path = Path("/
                 found.append(Finding("note", f"nix.conf: substituters = {substituters} (each build may wait on them)"))
             if config.timeout is None:
                 found.append(Finding("note", "--timeout not set: builds run as long as nix.conf allows"))
-    try:
-        config.spool.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=config.spool, prefix=".check-"):
-            pass
-        found.append(Finding("ok", f"spool: {config.spool} is writable"))
-    except OSError as exc:
-        found.append(Finding("missing", f"spool: cannot write to {config.spool}: {exc.strerror or exc}"))
+    found.append(_check_sink(config))
     try:
         config.state_dir.mkdir(parents=True, exist_ok=True)
         if not os.access(config.state_dir, os.W_OK):

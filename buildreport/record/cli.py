@@ -9,6 +9,7 @@ from typing import Any
 
 from buildreport.record.check import check
 from buildreport.record.runner import RunnerConfig, check_original_command, run_session
+from buildreport.record.sink import DatabaseSink, Sink, SpoolSink
 from buildreport.record.usage import find_cgroup_root
 
 
@@ -24,7 +25,9 @@ def _memory_megabytes() -> int:
 
 
 def runner_config(
-    spool: Path,
+    spool: Path | None,
+    db: Path | None,
+    account: str | None,
     state_dir: Path | None,
     timeout: int | None,
     cpu_count: int | None,
@@ -33,9 +36,16 @@ def runner_config(
     nix_options: tuple[tuple[str, str], ...],
     cgroup: bool,
 ) -> RunnerConfig:
+    if spool is not None:
+        sink: Sink = SpoolSink(spool)
+        state_dir = state_dir or spool / ".runner"
+    else:
+        assert db is not None and account is not None
+        sink = DatabaseSink(db, account)
+        state_dir = state_dir or db.parent / f"{db.name}.runner"
     return RunnerConfig(
-        spool=spool,
-        state_dir=state_dir or spool / ".runner",
+        sink=sink,
+        state_dir=state_dir,
         cpu_count=cpu_count or os.cpu_count() or 1,
         allocated_megabytes=_memory_megabytes() if allocated_megabytes is None else allocated_megabytes,
         timeout=timeout,

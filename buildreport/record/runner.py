@@ -44,8 +44,8 @@ from buildreport.record.protocol import (
     negotiated_minor,
 )
 from buildreport.record.restarts import RestartState
+from buildreport.record.sink import Sink, SinkError
 from buildreport.record.usage import CpuMeter, SessionCgroup
-from buildreport.spool import write_spool_file
 
 DAEMON_COMMAND = "nix-daemon --stdio"
 CHUNK = 64 * 1024
@@ -58,7 +58,7 @@ DISCONNECT_MESSAGE = "ssh session closed: the client went away during the build"
 
 @dataclass
 class RunnerConfig:
-    spool: Path
+    sink: Sink
     state_dir: Path
     cpu_count: int
     allocated_megabytes: int
@@ -506,11 +506,11 @@ class Session:
             self.log(f"record of {build.source_id} is not valid: {exc}")
             return
         try:
-            path = write_spool_file(self.config.spool, [msgspec.json.encode(record)])
-        except OSError as exc:
-            self.log(f"could not spool {build.source_id}: {exc}")
+            where = self.config.sink.put(record)
+        except SinkError as exc:
+            self.log(f"could not keep {build.source_id}: {exc}")
             return
-        self.log(f"spooled {build.source_id} {build.status if final else 'running'} as {path.name}")
+        self.log(f"recorded {build.source_id} {build.status if final else 'running'}: {where}")
 
 
 class _Events(ReplyEvents):
