@@ -123,9 +123,11 @@ class Server:
         return self.process.returncode
 
 
-def start_server(db: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 20.0) -> Server:
-    """`buildreport serve` on a free port of 127.0.0.1, once /healthz answers."""
-    port = free_port()
+def start_server(
+    db: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 20.0, port: int | None = None
+) -> Server:
+    """`buildreport serve` on a free port (or the one given) of 127.0.0.1, once /healthz answers."""
+    port = port or free_port()
     log = db.parent / f"server-{port}.log"
     command = [
         *buildreport_command(),
