@@ -9,12 +9,13 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
-from conftest import Env, auth
+from conftest import Env, Server, auth, buildreport_command
 from nix_runner import Runner, kill_group, path_info, require_tools
 
 from buildreport.record.protocol import BuildResult, BuildResultStatus, DaemonError
@@ -374,3 +375,50 @@ def test_runner_writes_to_a_local_database_and_the_api_answers_with_the_clients_
     assert build["tags"] == {"GITHUB_REPOSITORY": "acme/webshop", "drvtag": "yes", "team": "builders"}
     assert [o["name"] for o in build["outputs"]] == ["out"]
     assert "recorded" in runner.runner_log() and "in " + str(env.db) in runner.runner_log()
+
+
+def test_builds_go_from_client_through_runner_spool_and_pusher_to_the_api(
+    tmp_path: Path, serve: Callable[..., Server]
+) -> None:
+    """client -> ssh-ng -> runner -> spool -> buildreport push -> central server -> the API, with the client's tags."""
+    require_tools()
+    env = Env(tmp_path)
+    write_token, read_token = env.token(scopes=("build:write",)), env.token()
+    server = serve(env.db)
+    job = {"GITHUB_REPOSITORY": "acme/webshop", "GITHUB_RUN_ID": "4242"}
+    runner = Runner(tmp_path / "r", ["--timeout", str(TIMEOUT)], tags=job)
+    runner.start()
+    try:
+        n = nonce()
+        drvs = {attr: runner.drv_path(attr, n) for attr in ("ok", "fail")}
+        assert runner.build("ok", n).returncode == 0
+        assert runner.build("fail", n).returncode != 0
+        finals = {attr: runner.wait_final(drv)[-1] for attr, drv in drvs.items()}
+    finally:
+        runner.stop()
+    push = subprocess.run(
+        [*buildreport_command(), "push", "--to", server.url, "--token", write_token, str(runner.spool)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert push.returncode == 0, push.stderr
+    assert list(runner.spool.glob("*.jsonl")) == []
+    response = httpx.get(
+        f"{server.url}/builds",
+        params={"tags": "GITHUB_REPOSITORY:acme/webshop,GITHUB_RUN_ID:4242"},
+        headers=auth(read_token),
+    )
+    assert response.status_code == 200, response.text
+    builds = {b["derivation_path"]: b for b in response.json()}
+    assert sorted(builds) == sorted(drvs.values())
+    for attr, drv in drvs.items():
+        build, final = builds[drv], finals[attr]
+        assert build["tags"] == final["tags"] and job.items() <= build["tags"].items()
+        for key in ("build_status", "status_message", "cpu_seconds", "outputs", "system", "peak_memory_use_kilobytes"):
+            assert build[key] == final[key], key
+        for key in ("create_time", "start_time"):
+            assert when(build[key]) == pytest.approx(when(final[key]), abs=1e-6)
+        assert build["duration_seconds"] == pytest.approx(final["duration_seconds"], abs=1e-6)
+    assert builds[drvs["ok"]]["build_status"] == "built"
+    assert builds[drvs["fail"]]["build_status"] == "build_failed"
