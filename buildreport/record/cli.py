@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from buildreport.record.check import check
 from buildreport.record.runner import RunnerConfig, check_original_command, run_session
 from buildreport.record.sink import DatabaseSink, Sink, SpoolSink
 from buildreport.record.usage import find_cgroup_root
@@ -59,6 +58,8 @@ def run_runner(*, check_only: bool, **options: Any) -> int:
     config = runner_config(**options)
     env = dict(os.environ)
     if check_only:
+        from buildreport.record.check import check
+
         findings = check(config, env)
         for finding in findings:
             print(f"{finding.level:>7}  {finding.text}")

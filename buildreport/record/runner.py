@@ -89,9 +89,14 @@ class RunnerLog:
         self.path = path
         self.session = session
 
+    MAX_BYTES = 16 * 1024 * 1024  # then the log moves to runner.log.1 (replacing the one before)
+
     def __call__(self, message: str) -> None:
         line = f"{datetime.now(UTC).isoformat(timespec='milliseconds')} {self.session} {message}\n"
         try:
+            with contextlib.suppress(FileNotFoundError):
+                if self.path.stat().st_size > self.MAX_BYTES:
+                    os.replace(self.path, self.path.with_name(self.path.name + ".1"))
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(line)
         except OSError:

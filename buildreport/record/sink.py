@@ -15,10 +15,6 @@ import msgspec
 
 from buildreport.models import BuildRecord
 from buildreport.spool import write_spool_file
-from buildreport.store.admin import ensure_account
-from buildreport.store.schema import DatabaseError, open_database
-from buildreport.store.writes import WriteConflicts, write_records
-from buildreport.times import now_us
 
 
 class SinkError(Exception):
@@ -52,6 +48,13 @@ class DatabaseSink:
         self._account_id = 0
 
     def put(self, record: BuildRecord) -> str:
+        # Imported here: the storage layer costs a runner session about half a second to load, and only
+        # runners that write to a database need it.
+        from buildreport.store.admin import ensure_account
+        from buildreport.store.schema import DatabaseError, open_database
+        from buildreport.store.writes import WriteConflicts, write_records
+        from buildreport.times import now_us
+
         try:
             if self._conn is None:
                 conn = open_database(self.path)
