@@ -47,14 +47,23 @@ def _nix_config(nix: str, env: dict[str, str]) -> dict[str, str] | None:
 
 
 def _sshd_accepts_tags(sshd_config: Path) -> bool | None:
+    """Whether sshd's configuration (the main file and the `sshd_config.d/*.conf` it includes on Debian)
+    passes SERVICE_TAG_* variables to sessions; None when it cannot be read."""
     try:
-        text = sshd_config.read_text()
+        texts = [sshd_config.read_text()]
     except OSError:
         return None
-    for line in text.splitlines():
-        words = line.split("#", 1)[0].split()
-        if len(words) >= 2 and words[0].lower() == "acceptenv" and any(w.startswith("SERVICE_TAG_") for w in words[1:]):
-            return True
+    for extra in sorted((sshd_config.parent / "sshd_config.d").glob("*.conf")):
+        try:
+            texts.append(extra.read_text())
+        except OSError:
+            continue
+    for text in texts:
+        for line in text.splitlines():
+            words = line.split("#", 1)[0].split()
+            accept = len(words) >= 2 and words[0].lower() == "acceptenv"
+            if accept and any(w.startswith("SERVICE_TAG_") for w in words[1:]):
+                return True
     return False
 
 
