@@ -3,6 +3,7 @@ against what Nix reports and against the clock. Skipped without Nix or OpenSSH, 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -18,8 +19,9 @@ import pytest
 from conftest import Env, Server, auth, buildreport_command
 from nix_runner import Runner, kill_group, path_info, require_tools
 
-from buildreport.record.protocol import BuildResult, BuildResultStatus, DaemonError
-from buildreport.record.runner import status_of
+from buildreport.record.protocol import BuildRequest, BuildResult, BuildResultStatus, ClientScanner, DaemonError
+from buildreport.record.runner import RunnerConfig, Session, status_of
+from buildreport.record.sink import SpoolSink
 
 DATA = Path(__file__).parent / "data" / "nix_session"
 TIMEOUT = 10  # long enough for every other build on a busy machine
@@ -44,6 +46,12 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
 
 def nonce() -> str:
     return str(time.time_ns())
+
+
+def scan_requests(name: str) -> list[BuildRequest]:
+    found: list[BuildRequest] = []
+    ClientScanner(found.append).feed((DATA / f"{name}.client").read_bytes())
+    return found
 
 
 def when(text: str) -> float:
@@ -422,3 +430,59 @@ def test_builds_go_from_client_through_runner_spool_and_pusher_to_the_api(
         assert build["duration_seconds"] == pytest.approx(final["duration_seconds"], abs=1e-6)
     assert builds[drvs["ok"]]["build_status"] == "built"
     assert builds[drvs["fail"]]["build_status"] == "build_failed"
+
+
+# --- the recorder, driven by events as the relay would send them ------------------------------------
+
+
+class FixedCpu:
+    """A CPU meter that reads what the test says."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.cgroup = None
+        self.source = "test"
+
+    def read(self) -> float:
+        return self.seconds
+
+
+def test_a_session_of_two_builds_records_each_with_its_own_times_and_cpu(tmp_path: Path) -> None:
+    config = RunnerConfig(
+        sink=SpoolSink(tmp_path / "spool"), state_dir=tmp_path / "state", cpu_count=2, allocated_megabytes=512
+    )
+    session = Session(config, {"SERVICE_TAG_job": "7"})
+    session.cpu = cpu = FixedCpu()
+    [first] = scan_requests("fail")
+    [second] = scan_requests("ok")
+    t0 = session.started
+    failed = BuildResult(BuildResultStatus.PermanentFailure, "\x1b[31;1merror:\x1b[0m builder failed")
+    cpu.seconds = 1.0
+    session._handle(t0 + 1, "request", first)
+    session._handle(t0 + 2, "started", first.drv_path)
+    session._handle(t0 + 2.5, "log", "about to fail")
+    cpu.seconds = 3.0
+    session._handle(t0 + 4, "finished", failed)
+    session._handle(t0 + 5, "request", second)
+    session._handle(t0 + 6, "started", second.drv_path)
+    cpu.seconds = 4.0
+    session._handle(t0 + 10, "client_closed", None)
+    session._handle(t0 + 11, "daemon_exit", (0, None))
+    session._flush_held()
+    records: dict[str, list[dict]] = {}
+    for path in sorted((tmp_path / "spool").glob("*.jsonl")):
+        record = json.loads(path.read_text())
+        records.setdefault(record["derivation_path"], []).append(record)
+    fail, ok = records[first.drv_path][-1], records[second.drv_path][-1]
+    assert [r["build_status"] for r in records[first.drv_path]] == ["running", "build_failed"]
+    assert when(fail["create_time"]) == pytest.approx(t0) and when(fail["start_time"]) == pytest.approx(t0 + 2)
+    assert fail["duration_seconds"] == pytest.approx(2) and fail["cpu_seconds"] == 2
+    assert fail["average_cpu_utilization"] == pytest.approx(2 / (2 * 2))
+    assert fail["status_message"] == "error: builder failed" and fail["log"] == "about to fail\n"
+    # The second build was asked for later in the same session, and the client left during it.
+    assert when(ok["create_time"]) == pytest.approx(t0 + 5) and ok["queue_time_seconds"] == pytest.approx(1)
+    assert ok["build_status"] == "client_disconnect" and ok["duration_seconds"] == pytest.approx(4)
+    assert ok["cpu_seconds"] == 1
+    assert fail["peak_memory_use_kilobytes"] is None and ok["peak_memory_use_kilobytes"] is None
+    assert fail["tags"] == {"job": "7"} and ok["tags"] == {"job": "7", "drvtag": "yes"}
+    assert fail["source_id"] != ok["source_id"]
