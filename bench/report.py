@@ -238,6 +238,8 @@ def markdown(out: dict[str, Any]) -> str:
                      "2 workers p99 ms"], rows)
     lines += [f"The load client runs on the same {m.get('cpus')} cores as the server.", ""]
 
+    lines += _ingestion(out)
+
     lines += ["## Memory (VmHWM: peak resident set, after the load runs)", ""]
     rows = []
     for key, label in (("http", "1 worker"), ("workers2", "2 workers")):
@@ -298,6 +300,29 @@ def markdown(out: dict[str, Any]) -> str:
         lines += ["Each `.lua` script sets the `Authorization` header, rotates the paths where there are several "
                   "and prints wrk's summary as JSON; they are written to bench/data/run/.", ""]
     return "\n".join(lines)
+
+
+def _ingestion(out: dict[str, Any]) -> list[str]:
+    """Builds/s through POST /builds and the latency of reads served meanwhile."""
+    ing = out.get("ingestion")
+    lines = ["## Ingestion over HTTP (`POST /builds`)", ""]
+    if not ing:
+        return [*lines, "Not measured.", ""]
+    alone = ing.get("reads_alone") or {}
+    rows = [["reads alone", "–", "–", "–", "–", ms(alone.get("p50_ms")), ms(alone.get("p99_ms"))]]
+    for run in (ing.get("runs") or {}).values():
+        reads = run.get("reads") or {}
+        rows.append([f"{run['senders']} sender{'s' if run['senders'] > 1 else ''}", f"{run['builds']:,}",
+                     rps(run.get("builds_per_s")), ms(run.get("batch_p50_ms")), ms(run.get("batch_p99_ms")),
+                     ms(reads.get("p50_ms")), ms(reads.get("p99_ms"))])
+    lines += _table(["while", "builds written", "builds/s", "batch p50 ms", "batch p99 ms", "/builds/{id} p50 ms",
+                     "/builds/{id} p99 ms"], rows)
+    lines += [f"Batches of {ing.get('batch')} new builds (two outputs, three tags, no log), gzip JSON Lines as "
+              "`buildreport push` sends them, each sender one keep-alive connection in a thread of the benchmark; "
+              f"{ing.get('seconds')} s a run, into a copy of the database, `--workers {ing.get('workers')}`. One "
+              "client reads `/builds/{id}` (rotating ids) throughout; the first row is the same reads with no writes.",
+              ""]
+    return lines
 
 
 def _load(values: Any) -> str:

@@ -468,6 +468,29 @@ class Bench:
             self.notes.append(f"the 2-worker server exited with {server.exit_code} after SIGTERM")
         self.phase("http_2_workers", started)
 
+    # --- ingestion over HTTP -------------------------------------------------------------------
+
+    def ingestion(self, eps: list[dict[str, Any]]) -> None:
+        import ingest
+
+        started = time.perf_counter()
+        reads = next(ep for ep in eps if ep["kind"] == "build")
+        try:
+            self.out["ingestion"] = ingest.measure(self.cli, self.db, RUN_DIR, self.token_secret, reads["paths"],
+                                                   self.seconds, self.wrk if self.client == "wrk" else None)
+        except Exception as exc:
+            self.fail(f"ingestion: {exc}")
+            self.phase("ingestion", started)
+            return
+        for senders, run in self.out["ingestion"]["runs"].items():
+            if run["errors"] or not run["builds"]:
+                self.fail(f"ingestion with {senders} senders: {run['errors']} errors; {run['first_error']}")
+            if found := load.problems(run["reads"]):
+                self.fail(f"reads during ingestion with {senders} senders: " + ", ".join(found))
+            self.say(f"ingestion, {senders} sender(s): {run['builds_per_s']:,.0f} builds/s; /builds/{{id}} during it:"
+                     f" p50 {run['reads']['p50_ms']:.2f} ms, p99 {run['reads']['p99_ms']:.2f} ms")
+        self.phase("ingestion", started)
+
     # --- floor, executable --------------------------------------------------------------------
 
     def floor(self, eps: list[dict[str, Any]]) -> None:
@@ -519,6 +542,7 @@ class Bench:
             eps = self.endpoints()
             self.serve_one_worker(eps)
             self.serve_two_workers(eps)
+            self.ingestion(eps)
             self.floor(eps)
             self.executable()
         except Exception as exc:

@@ -467,6 +467,65 @@ def demo(db: str | None, **kwargs: object) -> None:
     run_server(settings)
 
 
+# --- record --------------------------------------------------------------------------------
+
+
+def _tag(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", ctx, param)
+        tags[key] = text
+    return tags
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option(
+    "--spool",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="BUILDREPORT_SPOOL",
+    help="Spool folder for the records (sent on by `buildreport push`). Env: BUILDREPORT_SPOOL.",
+)
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="Write the records to this database.")
+@click.option("--account", type=click.STRING, help="Account of the builds written with --db.")
+@click.option("--tag", "tags", multiple=True, callback=_tag, metavar="KEY=VALUE", help="A tag for every build.")
+@click.option("--cpu-count", type=click.IntRange(1), help="Cores a build gets, as recorded [default: this machine's].")
+@click.option(
+    "--allocated-megabytes", type=click.IntRange(0), help="Memory a build gets, as recorded [default: this machine's]."
+)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def record(
+    spool: Path | None, db: Path | None, account: str | None, command: tuple[str, ...], **kwargs: object
+) -> None:
+    """Run a Nix build command here (nix-build … or nix build …) and record each build it runs.
+
+    Example: buildreport record --spool /var/spool/buildreport --tag job=docs -- nix-build -A docs
+    """
+    from buildreport.record.local import Recorder, UsageError, exit_like
+
+    if (spool is None) == (db is None):
+        raise click.UsageError("give --spool DIR or --db PATH --account NAME")
+    if db is not None and not account:
+        raise click.UsageError("--db needs --account NAME")
+    if account is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,62}", account):
+        raise click.BadParameter(f"{account!r} is not an account name (a-z, 0-9, _ . -)", param_hint="--account")
+    from buildreport.destinations import DatabaseSink, SpoolSink
+
+    try:
+        sink = SpoolSink(spool) if spool is not None else DatabaseSink(db, account)  # type: ignore[arg-type]
+    except DatabaseError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        returncode = Recorder(command, sink, **kwargs).run()  # type: ignore[arg-type]
+    except UsageError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        if isinstance(sink, DatabaseSink):
+            sink.close()
+    sys.exit(exit_like(returncode))
+
+
 # --- runner --------------------------------------------------------------------------------
 
 

@@ -75,6 +75,15 @@ def test_reimporting_the_same_file_changes_nothing(tmp_path):
     assert db_digest(db) == before
 
 
+def test_an_import_never_takes_a_finished_build_back_to_running(tmp_path):
+    db = tmp_path / "t.db"
+    run_import(db, write_jsonl(tmp_path / "done.jsonl", [record(1, build_status="built")]))
+    before = db_digest(db)
+    result = run_import(db, write_jsonl(tmp_path / "late.jsonl", [record(1, build_status="running")]))
+    assert (result.stats.updated, result.stats.unchanged) == (0, 1)
+    assert db_digest(db) == before
+
+
 def test_upsert_replaces_a_build_and_its_tags(tmp_path):
     db = tmp_path / "t.db"
     run_import(db, write_jsonl(tmp_path / "a.jsonl", [record(1, build_status="running", tags={"old": "1"})]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -227,3 +228,34 @@ def test_inflate_refuses_a_raw_deflate_stream():
     with pytest.raises(Problem) as caught:
         inflate(zlib.compress(b"[]"), 1000)
     assert caught.value.status_code == 400
+
+
+def test_reads_go_on_during_a_write_and_never_see_half_of_it(tmp_path, serve):
+    env = Env(tmp_path)
+    env.load([])
+    server = serve(env.db)
+    writer_token, reader_token = env.token("acme", ("build:write",)), env.token("acme", ("build:read",))
+    count = 5000
+    records = [write_record(f"atomic:{i}", log="x" * 200) for i in range(count)]
+    body = json.dumps(records).encode()
+    answer: dict[str, Any] = {}
+
+    def send() -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            headers = {**auth(writer_token), "Content-Type": JSON}
+            answer["response"] = client.post("/builds", content=body, headers=headers)
+
+    seen: set[int] = set()
+    reads = 0
+    with httpx.Client(base_url=server.url, headers=auth(reader_token), timeout=30) as reader:
+        summary = "/builds/summary?create_time_from=2000-01-01"
+        writer = threading.Thread(target=send)
+        writer.start()
+        while writer.is_alive():
+            seen.add(reader.get(summary).json()["build_count"])
+            reads += 1
+        writer.join()
+        seen.add(reader.get(summary).json()["build_count"])
+    assert answer["response"].status_code == 200, answer["response"].text
+    assert seen == {0, count}, "a reader saw part of a request, or never saw it whole"
+    assert reads >= 2, reads

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from buildreport.destinations import SpoolSink
 from buildreport.record.check import _sshd_accepts_tags, check
 from buildreport.record.runner import RunnerConfig
-from buildreport.record.sink import SpoolSink
 
 
 def config(tmp_path: Path, spool: Path) -> RunnerConfig:

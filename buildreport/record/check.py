@@ -13,9 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from buildreport.destinations import SpoolSink
 from buildreport.record.runner import RunnerConfig
-from buildreport.record.sink import DatabaseSink, SpoolSink
-from buildreport.store.schema import DatabaseError, open_database
 
 
 @dataclass(frozen=True)
@@ -77,12 +76,11 @@ def _check_sink(config: RunnerConfig) -> Finding:
         except OSError as exc:
             return Finding("missing", f"spool: cannot write to {sink.directory}: {exc.strerror or exc}")
         return Finding("ok", f"spool: {sink.directory} is writable")
-    assert isinstance(sink, DatabaseSink)
-    try:
-        open_database(sink.path).close()
-    except DatabaseError as exc:
-        return Finding("missing", f"database: {exc}")
-    return Finding("ok", f"database: {sink.path} is writable; builds go to account {sink.account}")
+    from buildreport.record.cli import UnusableDatabase
+
+    if isinstance(sink, UnusableDatabase):
+        return Finding("missing", f"database: {sink.reason}")
+    return Finding("ok", "database: opened and up to date")
 
 
 def check(config: RunnerConfig, env: dict[str, str], sshd_config: Path = Path("/etc/ssh/sshd_config")) -> list[Finding]:

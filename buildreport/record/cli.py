@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from buildreport.destinations import DatabaseSink, SpoolSink
+from buildreport.models import BuildRecord
 from buildreport.record.runner import RunnerConfig, check_original_command, run_session
-from buildreport.record.sink import DatabaseSink, Sink, SpoolSink
 from buildreport.record.usage import find_cgroup_root
 
 
@@ -23,6 +25,25 @@ def _memory_megabytes() -> int:
     return 0
 
 
+class UnusableDatabase:
+    """Stands in for a database that cannot be opened: the session is served, its records are refused."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __call__(self, record: BuildRecord) -> None:
+        raise ValueError(self.reason)
+
+
+def _database(db: Path, account: str) -> Callable[[BuildRecord], None]:
+    from buildreport.store.schema import DatabaseError
+
+    try:
+        return DatabaseSink(db, account)
+    except DatabaseError as exc:
+        return UnusableDatabase(str(exc))
+
+
 def runner_config(
     spool: Path | None,
     db: Path | None,
@@ -35,12 +56,13 @@ def runner_config(
     nix_options: tuple[tuple[str, str], ...],
     cgroup: bool,
 ) -> RunnerConfig:
+    sink: Callable[[BuildRecord], None]
     if spool is not None:
-        sink: Sink = SpoolSink(spool)
+        sink = SpoolSink(spool)
         state_dir = state_dir or spool / ".runner"
     else:
         assert db is not None and account is not None
-        sink = DatabaseSink(db, account)
+        sink = _database(db, account)
         state_dir = state_dir or db.parent / f"{db.name}.runner"
     return RunnerConfig(
         sink=sink,

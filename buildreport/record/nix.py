@@ -70,6 +70,12 @@ def nix_command(args: Sequence[str], *, timeout: float = 60.0) -> bytes:
     return done.stdout
 
 
+def drv_name(drv_path: str) -> str:
+    """The name of a derivation, as Nix prefixes its log lines: `/nix/store/<hash>-hello-2.12.drv` → hello-2.12."""
+    base = os.path.basename(drv_path).removesuffix(".drv")
+    return base.split("-", 1)[1] if "-" in base else base
+
+
 # --- derivations --------------------------------------------------------------------------------------------
 
 

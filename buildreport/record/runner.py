@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +45,6 @@ from buildreport.record.protocol import (
     negotiated_minor,
 )
 from buildreport.record.restarts import RestartState
-from buildreport.record.sink import Sink, SinkError
 from buildreport.record.usage import CpuMeter, SessionCgroup
 
 DAEMON_COMMAND = "nix-daemon --stdio"
@@ -58,7 +58,7 @@ DISCONNECT_MESSAGE = "ssh session closed: the client went away during the build"
 
 @dataclass
 class RunnerConfig:
-    sink: Sink
+    sink: Callable[[BuildRecord], None]  # buildreport.destinations: a spool or a local database
     state_dir: Path
     cpu_count: int
     allocated_megabytes: int
@@ -511,11 +511,11 @@ class Session:
             self.log(f"record of {build.source_id} is not valid: {exc}")
             return
         try:
-            where = self.config.sink.put(record)
-        except SinkError as exc:
+            self.config.sink(record)
+        except (OSError, ValueError) as exc:
             self.log(f"could not keep {build.source_id}: {exc}")
             return
-        self.log(f"recorded {build.source_id} {build.status if final else 'running'}: {where}")
+        self.log(f"recorded {build.source_id} {build.status if final else 'running'}")
 
 
 class _Events(ReplyEvents):

@@ -71,3 +71,111 @@ def recompute_days(conn: sqlite3.Connection, keys: Iterable[tuple[int, int]]) ->
         for day in days:
             conn.execute("DELETE FROM daily_usage WHERE account_id = ? AND day_us = ?", (account_id, day))
             conn.execute(_DAILY_INSERT + select, (account_id, day, day + US_PER_DAY))
+
+
+# --- kept in step by differences -------------------------------------------------------------------
+# A write of a few builds changes a few totals rows by the builds it adds and removes: reading and
+# rewriting those rows costs the same however many builds the hour or day already holds, where a
+# recomputation reads them all. Sums take differences exactly; a period's first start and last stop
+# are recomputed only when a build that may have held one of them is taken away.
+
+
+class HourDelta:
+    """What the builds written add to, and take from, one (account, hour of creation, status)."""
+
+    __slots__ = ("builds", "cpu", "duration", "first_added", "first_removed", "last_added", "last_removed", "nar")
+
+    def __init__(self) -> None:
+        self.builds = self.cpu = self.duration = self.nar = 0
+        self.first_added: int | None = None  # earliest start among the builds added
+        self.last_added: int | None = None  # latest stop among them
+        self.first_removed: int | None = None
+        self.last_removed: int | None = None
+
+    def add(self, sign: int, cpu: int, duration_us: int | None, nar: int, start_us: int, stop_us: int | None) -> None:
+        self.builds += sign
+        self.cpu += sign * cpu
+        self.duration += sign * (duration_us or 0)
+        self.nar += sign * nar
+        if sign > 0:
+            self.first_added = start_us if self.first_added is None else min(self.first_added, start_us)
+            if stop_us is not None:
+                self.last_added = stop_us if self.last_added is None else max(self.last_added, stop_us)
+        else:
+            self.first_removed = start_us if self.first_removed is None else min(self.first_removed, start_us)
+            if stop_us is not None:
+                self.last_removed = stop_us if self.last_removed is None else max(self.last_removed, stop_us)
+
+
+def _least(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _most(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+_HOUR_ROW = (
+    "SELECT builds, cpu_seconds, duration_us, nar_size_bytes, first_start_us, last_stop_us FROM hourly_totals"
+    " WHERE account_id = ? AND period_us = ? AND status = ?"
+)
+_HOUR_DELETE = "DELETE FROM hourly_totals WHERE account_id = ? AND period_us = ? AND status = ?"
+_HOUR_UPSERT = (
+    "INSERT OR REPLACE INTO hourly_totals (account_id, period_us, status, builds, cpu_seconds, duration_us,"
+    " nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_HOUR_RECOMPUTE = _TOTALS_INSERT.format(table="hourly_totals") + _TOTALS_SELECT.format(
+    period=US_PER_HOUR, where="AND create_us >= ? AND create_us < ? AND status = ?"
+)
+_DAY_FROM_HOURS = (
+    "INSERT INTO daily_totals (account_id, period_us, status, builds, cpu_seconds, duration_us, nar_size_bytes,"
+    " first_start_us, last_stop_us) SELECT account_id, ?, status, sum(builds), sum(cpu_seconds), sum(duration_us),"
+    " sum(nar_size_bytes), min(first_start_us), max(last_stop_us) FROM hourly_totals"
+    " WHERE account_id = ? AND period_us >= ? AND period_us < ? GROUP BY status"
+)
+
+
+def apply_hour_deltas(conn: sqlite3.Connection, deltas: dict[tuple[int, int, str], HourDelta]) -> None:
+    """Bring hourly totals, and the daily totals made of them, in step with the builds written."""
+    days: set[tuple[int, int]] = set()
+    for (account_id, hour, status), delta in deltas.items():
+        days.add((account_id, day_of(hour)))
+        key = (account_id, hour, status)
+        row = conn.execute(_HOUR_ROW, key).fetchone() or (0, 0, 0, 0, None, None)
+        builds = row[0] + delta.builds
+        if builds <= 0:
+            conn.execute(_HOUR_DELETE, key)
+            continue
+        first = _least(row[4], delta.first_added)
+        last = _most(row[5], delta.last_added)
+        # A build taken away may have held the first start or the last stop: only then read the hour again.
+        if (delta.first_removed is not None and first is not None and delta.first_removed <= first) or (
+            delta.last_removed is not None and last is not None and delta.last_removed >= last
+        ):
+            conn.execute(_HOUR_DELETE, key)
+            conn.execute(_HOUR_RECOMPUTE, (account_id, hour, hour + US_PER_HOUR, status))
+            continue
+        sums = (row[1] + delta.cpu, row[2] + delta.duration, row[3] + delta.nar)
+        conn.execute(_HOUR_UPSERT, (*key, builds, *sums, first, last))
+    for account_id, day in days:
+        conn.execute("DELETE FROM daily_totals WHERE account_id = ? AND period_us = ?", (account_id, day))
+        conn.execute(_DAY_FROM_HOURS, (day, account_id, day, day + US_PER_DAY))
+
+
+def apply_usage_deltas(conn: sqlite3.Connection, deltas: dict[tuple[int, int], list[int]]) -> None:
+    """Add (builds, cpu seconds) differences to the daily usage of each (account, stop day)."""
+    for (account_id, day), (builds, cpu) in deltas.items():
+        if not builds and not cpu:
+            continue
+        row = conn.execute(
+            "SELECT builds, cpu_seconds FROM daily_usage WHERE account_id = ? AND day_us = ?", (account_id, day)
+        ).fetchone() or (0, 0)
+        if row[0] + builds <= 0:
+            conn.execute("DELETE FROM daily_usage WHERE account_id = ? AND day_us = ?", (account_id, day))
+        else:
+            conn.execute(
+                "INSERT OR REPLACE INTO daily_usage (account_id, day_us, builds, cpu_seconds) VALUES (?, ?, ?, ?)",
+                (account_id, day, row[0] + builds, row[1] + cpu),
+            )

@@ -18,8 +18,19 @@ from datetime import UTC
 
 import msgspec
 
-from buildreport.models import UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
-from buildreport.store.totals import DAILY, HOURLY, day_of, hour_of, recompute_days, recompute_totals
+from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
+from buildreport.store.totals import (
+    DAILY,
+    FULL_RECOMPUTE_THRESHOLD,
+    HOURLY,
+    HourDelta,
+    apply_hour_deltas,
+    apply_usage_deltas,
+    day_of,
+    hour_of,
+    recompute_days,
+    recompute_totals,
+)
 from buildreport.times import to_us
 
 _BUILD_FIELD_COUNT = len(Build.__struct_fields__)
@@ -107,6 +118,10 @@ class _Existing(msgspec.Struct):
     body: bytes
     status: str
     source_id: str | None
+    start_us: int
+    duration_us: int | None
+    cpu_seconds: int
+    nar_size_bytes: int
 
 
 _UPSERT = """
@@ -168,6 +183,8 @@ class BuildWriter:
         self._next_id = 0
         self._hours: set[tuple[int, int]] = set()
         self._days: set[tuple[int, int]] = set()
+        self._hour_deltas: dict[tuple[int, int, str], HourDelta] = {}
+        self._usage_deltas: dict[tuple[int, int], list[int]] = {}
         self.stats = WriteStats()
         self.build_ids: list[int | None] | None = [] if keep_ids else None
 
@@ -195,16 +212,49 @@ class BuildWriter:
             self._keys = set()
 
     def finish(self) -> None:
-        """Write what is batched and bring the totals of every touched hour and day in step."""
+        """Write what is batched and bring the totals of every touched hour and day in step: by differences,
+        or, for an account whose builds spread over many hours (a large import), in one pass over its builds."""
         self.flush()
-        recompute_totals(self._conn, HOURLY, self._hours)
-        recompute_totals(self._conn, DAILY, self._hours)
-        recompute_days(self._conn, self._days)
+        hours_of: dict[int, int] = {}
+        for account_id, _ in self._hours:
+            hours_of[account_id] = hours_of.get(account_id, 0) + 1
+        full = {account_id for account_id, n in hours_of.items() if n > FULL_RECOMPUTE_THRESHOLD}
+        if full:
+            hours = {key for key in self._hours if key[0] in full}
+            recompute_totals(self._conn, HOURLY, hours)
+            recompute_totals(self._conn, DAILY, hours)
+            recompute_days(self._conn, {key for key in self._days if key[0] in full})
+        apply_hour_deltas(self._conn, {k: d for k, d in self._hour_deltas.items() if k[0] not in full})
+        apply_usage_deltas(self._conn, {k: d for k, d in self._usage_deltas.items() if k[0] not in full})
 
     def _touch(self, account_id: int, create_us: int, stop_us: int | None) -> None:
         self._hours.add((account_id, hour_of(create_us)))
         if stop_us is not None:
             self._days.add((account_id, day_of(stop_us)))
+
+    def _count(
+        self,
+        sign: int,
+        account_id: int,
+        status: str,
+        create_us: int,
+        start_us: int,
+        duration_us: int | None,
+        stop_us: int | None,
+        cpu: int,
+        nar: int,
+    ) -> None:
+        """Add (sign 1) or take away (sign -1) one build's share of the kept totals."""
+        self._touch(account_id, create_us, stop_us)
+        key = (account_id, hour_of(create_us), status)
+        delta = self._hour_deltas.get(key)
+        if delta is None:
+            delta = self._hour_deltas[key] = HourDelta()
+        delta.add(sign, cpu, duration_us, nar, start_us, stop_us)
+        if stop_us is not None and status in BILLABLE:
+            usage = self._usage_deltas.setdefault((account_id, day_of(stop_us)), [0, 0])
+            usage[0] += sign
+            usage[1] += sign * cpu
 
     def account_id(self, name: str) -> int:
         if name not in self._accounts:
@@ -216,7 +266,8 @@ class BuildWriter:
         marks = ",".join("?" * len(ids))
         rows = self._conn.execute(
             "SELECT build_id, account_id, create_us, stop_us, restart_of_build_id, restarted_as_build_id, body,"
-            f" status, source_id FROM builds WHERE build_id IN ({marks})",
+            f" status, source_id, start_us, duration_us, cpu_seconds, nar_size_bytes FROM builds"
+            f" WHERE build_id IN ({marks})",
             list(ids),
         ).fetchall()
         return {row[0]: _Existing(*row[1:]) for row in rows}
@@ -285,10 +336,14 @@ class BuildWriter:
                 rows.append(row)
         self._conn.executemany(_UPSERT, [row.values() for row in rows])
         for row in rows:
-            self._touch(row.account_id, row.create_us, row.stop_us)
-            old = existing.get(row.build.build_id)
+            b = row.build
+            nar = sum(o.nar_size_bytes for o in b.outputs)
+            self._count(1, row.account_id, b.build_status.value, row.create_us, row.start_us, row.duration_us,
+                        row.stop_us, b.cpu_seconds, nar)
+            old = existing.get(b.build_id)
             if old is not None:
-                self._touch(old.account_id, old.create_us, old.stop_us)
+                self._count(-1, old.account_id, old.status, old.create_us, old.start_us, old.duration_us,
+                            old.stop_us, old.cpu_seconds, old.nar_size_bytes)
         self._write_tags(rows, existing)
         self._conn.executemany(
             "INSERT OR REPLACE INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)",

@@ -1,0 +1,159 @@
+"""Ingestion over HTTP: builds/s through `POST /builds` in batches of 500, with one and with four concurrent
+senders, while one client reads `/builds/{id}`; and that read latency, against the same reads alone.
+
+It writes into a copy of the benchmark database, so the cached data of the other phases stays as it was.
+Every run is bounded in time; the senders stop at their deadline and the reader runs as long.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import load
+from server import Server
+
+BATCH = 500
+SENDERS = (1, 4)
+MAX_BATCHES_PER_SENDER = 20_000  # a bound beside the deadline
+
+
+def _record_template() -> str:
+    """One record as JSON with {placeholders}: what a recorder spools for a finished build."""
+    record = {
+        "source_id": "@source@",
+        "create_time": "@create@",
+        "start_time": "@create@",
+        "queue_time_seconds": 0.4,
+        "duration_seconds": 61.5,
+        "build_status": "built",
+        "status_message": None,
+        "cpu_count": 4,
+        "allocated_megabytes": 8192,
+        "cpu_seconds": 157,
+        "average_cpu_utilization": 0.64,
+        "peak_memory_use_kilobytes": 812000,
+        "peak_storage_use_kilobytes": 1400000,
+        "derivation_path": "/nix/store/@hash@-bench-@n@.drv",
+        "outputs": [
+            {"name": "out", "path": "/nix/store/@hash@-bench-@n@", "nar_hash": "sha256-@hash@",
+             "nar_size_bytes": 48213},
+            {"name": "doc", "path": "/nix/store/@hash@-bench-@n@-doc", "nar_hash": "sha256-@hash@",
+             "nar_size_bytes": 9121},
+        ],
+        "system": "x86_64-linux",
+        "tags": {"project": "ingest", "branch": "main", "runner": "@sender@"},
+    }
+    text = json.dumps(record, separators=(",", ":")).replace("{", "{{").replace("}", "}}")
+    for name in ("source", "create", "hash", "n", "sender"):
+        text = text.replace(f"@{name}@", "{" + name + "}")
+    return text
+
+
+TEMPLATE = _record_template()
+
+
+def batch_body(run: str, sender: int, number: int, start: datetime) -> bytes:
+    """Batch `number` of one sender: BATCH new builds as gzip JSON Lines, as `buildreport push` sends them."""
+    lines = []
+    for i in range(BATCH):
+        n = number * BATCH + i
+        create = (start + timedelta(milliseconds=n)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lines.append(TEMPLATE.format(source=f"{run}-{sender}-{n}", create=create, hash=f"{sender:04x}{n:028x}",
+                                     n=n, sender=f"s{sender}"))
+    return gzip.compress(("\n".join(lines) + "\n").encode(), compresslevel=6)
+
+
+def _send(base: str, token: str, run: str, sender: int, deadline: float, start: datetime,
+          out: dict[str, Any]) -> None:
+    latencies: list[float] = []
+    created = errors = 0
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson",
+               "Content-Encoding": "gzip"}
+    with httpx.Client(base_url=base, timeout=120) as client:
+        for number in range(MAX_BATCHES_PER_SENDER):
+            if time.perf_counter() >= deadline:
+                break
+            body = batch_body(run, sender, number, start)
+            began = time.perf_counter()
+            response = client.post("/builds", content=body, headers=headers)
+            latencies.append(time.perf_counter() - began)
+            if response.status_code == 200:
+                created += response.json()["created"]
+            else:
+                errors += 1
+                out.setdefault("first_error", f"{response.status_code} {response.text[:300]}")
+    out.update(created=created, errors=errors, latencies=latencies)
+
+
+def _read(wrk: str | None, run_dir: Path, name: str, base: str, paths: list[str], token: str,
+          seconds: int) -> dict[str, Any]:
+    if wrk is not None:
+        return load.run_wrk(wrk, run_dir, name, base, paths, token, 1, 1, seconds)
+    return load.run_python(base, paths, token, 1, seconds)
+
+
+def _ms(values: list[float], q: float) -> float | None:
+    ordered = sorted(values)
+    return round(load._percentile(ordered, q) * 1000, 1) if ordered else None
+
+
+def measure(cli: list[str], db: Path, run_dir: Path, read_token: str, read_paths: list[str], seconds: int,
+            wrk: str | None) -> dict[str, Any]:
+    """Figures of ingestion into a copy of `db`: builds/s and read latency, alone and with 1 and 4 senders."""
+    copy = run_dir / "ingest.db"
+    with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    made = subprocess.run([*cli, "token", "create", "--db", str(copy), "--account", "acme", "--scope",
+                           "build:write", "--expires-in", "1d", "--label", "make bench ingest"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    write_token = made.stdout.strip()
+    result: dict[str, Any] = {"batch": BATCH, "seconds": seconds, "workers": 1, "runs": {}}
+    server = Server(cli, copy, 1, run_dir / "server-ingest.log")
+    result["command"] = " ".join(server.command)
+    try:
+        server.start()
+        result["reads_alone"] = _read(wrk, run_dir, "ingest-reads-alone", server.base, read_paths, read_token,
+                                      seconds)
+        start = datetime.now(UTC) - timedelta(hours=2)
+        for senders in SENDERS:
+            outs: list[dict[str, Any]] = [{} for _ in range(senders)]
+            deadline = time.perf_counter() + seconds
+            began = time.perf_counter()
+            threads = [threading.Thread(target=_send, args=(server.base, write_token, f"run{senders}", s, deadline,
+                                                            start, outs[s])) for s in range(senders)]
+            for thread in threads:
+                thread.start()
+            reads = _read(wrk, run_dir, f"ingest-reads-{senders}", server.base, read_paths, read_token, seconds)
+            for thread in threads:
+                thread.join(timeout=seconds + 180)
+            elapsed = time.perf_counter() - began
+            latencies = [x for out in outs for x in out.get("latencies", [])]
+            created = sum(out.get("created", 0) for out in outs)
+            result["runs"][str(senders)] = {
+                "senders": senders,
+                "builds": created,
+                "requests": len(latencies),
+                "errors": sum(out.get("errors", 0) for out in outs),
+                "first_error": next((o["first_error"] for o in outs if "first_error" in o), None),
+                "seconds": round(elapsed, 2),
+                "builds_per_s": round(created / elapsed, 1) if elapsed else 0.0,
+                "batch_p50_ms": _ms(latencies, 50),
+                "batch_p99_ms": _ms(latencies, 99),
+                "reads": reads,
+            }
+            if server.process is not None and server.process.poll() is not None:
+                raise RuntimeError("the server exited during ingestion:\n" + server.log_tail())
+    finally:
+        server.stop()
+        for suffix in ("", "-wal", "-shm", ".secret"):
+            Path(str(copy) + suffix).unlink(missing_ok=True)
+    return result

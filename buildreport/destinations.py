@@ -1,0 +1,56 @@
+"""Where a recorder's build records go: a spool folder (sent on by `buildreport push`) or a local database.
+
+A local database takes them through the same writer as `POST /builds`: one transaction a record, named by
+its `source_id`, so a build's `running` record and its final one are one build.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+from buildreport.models import BuildRecord
+from buildreport.record.records import encode
+from buildreport.spool import write_spool_file
+from buildreport.times import now_us
+
+
+class SpoolSink:
+    """Each record in a spool file of its own, put in place atomically."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def __call__(self, record: BuildRecord) -> None:
+        write_spool_file(self.directory, [encode(record)])
+
+
+class DatabaseSink:
+    """Each record written to `account` in a local database, in a transaction of its own."""
+
+    def __init__(self, db: Path | str, account: str) -> None:
+        # The storage layer is imported here, not above: it takes a runner session about half a second
+        # to load, and a spool needs none of it.
+        from buildreport.store.admin import ensure_account
+        from buildreport.store.schema import open_database
+
+        self.conn = open_database(db)
+        with self.conn:
+            self.account_id = ensure_account(self.conn, account, now_us())
+        self.lock = threading.Lock()
+
+    def __call__(self, record: BuildRecord) -> None:
+        from buildreport.store.writes import WriteConflicts, write_records
+
+        with self.lock:
+            try:
+                write_records(self.conn, self.account_id, [record], now_us())
+            except WriteConflicts as exc:
+                first = exc.invalid[0]
+                raise ValueError(f"the database refused it: {first.field}: {first.reason}") from exc
+            except sqlite3.Error as exc:
+                raise ValueError(f"the database refused it: {exc}") from exc
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,468 @@
+"""Local mode: `buildreport record -- nix-build …` runs a Nix command here and records each build it runs.
+
+Nix is asked for `--log-format internal-json -v`; its events are read from its stderr, timestamped on
+arrival, and rendered back to the terminal as Nix prints them, so a user sees the usual output. A
+type-105 activity is one derivation being built: its start is recorded at once as `running`, then, once
+Nix has exited, again with its final status, from the error messages and the validity of its outputs.
+Substituted paths are not builds and are not recorded.
+
+CPU time and peak memory come from the Nix process itself, and only when they can belong to one build:
+a single-user Nix (no daemon) forks its builders, so the CPU time of the children it reaped is theirs
+when exactly one build ran locally. Otherwise `cpu_seconds` is 0 with `average_cpu_utilization` null
+(the Build fields require a number), and the peak memory is null.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from buildreport.models import BuildRecord, BuildStatus
+from buildreport.record import nix
+from buildreport.record.records import RecordInvalid, make_record, new_invocation, source_id, utc
+
+Sink = Callable[[BuildRecord], None]
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+LOG_TAIL_LINES = 10_000  # kept from the event stream for a build whose log Nix did not store
+DEFAULT_VERBOSITY = 3  # Nix's `info`: what it prints without -v or --quiet
+
+
+class UsageError(Exception):
+    """The command cannot be recorded as given; the message says why."""
+
+
+@dataclass
+class LocalBuild:
+    drv_path: str
+    activity: int
+    machine: str
+    start: float
+    source_id: str
+    drv: nix.Derivation | None = None
+    progress_end: float | None = None
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
+
+
+@dataclass
+class Usage:
+    """What the kernel says the Nix process and the children it reaped used."""
+
+    children_cpu_seconds: float
+    maxrss_kb: int
+    nix_hwm_kb: int | None
+
+
+def nix_command_line(command: Sequence[str]) -> tuple[list[str], str]:
+    """The command with internal-json logging asked for, and its kind (`nix-build` or `nix build`)."""
+    if not command:
+        raise UsageError("give the Nix command to run after --, e.g. buildreport record -- nix-build default.nix")
+    program = os.path.basename(command[0])
+    if program == "nix-build":
+        head, rest, kind = [command[0]], list(command[1:]), "nix-build"
+    elif program == "nix" and len(command) > 1 and command[1] == "build":
+        head, rest, kind = [command[0], "build"], list(command[2:]), "nix build"
+    else:
+        raise UsageError(f"buildreport record wraps nix-build or nix build, not {' '.join(command[:2])!r}")
+    kept: list[str] = []
+    skip = False
+    for arg in rest:  # the recorder reads internal-json: a --log-format of the user's own would hide the events
+        if skip:
+            skip = False
+        elif arg == "--log-format":
+            skip = True
+        elif not arg.startswith("--log-format="):
+            kept.append(arg)
+    # Appended: `nix build` takes --log-format only after its other flags (-L before it turns it off again);
+    # before a `--`, after which every word is an argument.
+    at = kept.index("--") if "--" in kept else len(kept)
+    return [*head, *kept[:at], "--log-format", "internal-json", "-v", *kept[at:]], kind
+
+
+def verbosity(command: Sequence[str]) -> int:
+    """The level up to which Nix would print messages for this command (3 plus each -v, minus --quiet)."""
+    level = DEFAULT_VERBOSITY
+    for arg in command[1:]:
+        if arg == "--":
+            break
+        if arg == "--verbose":
+            level += 1
+        elif arg == "--quiet":
+            level -= 1
+        elif arg.startswith("-") and not arg.startswith("--") and set(arg[1:]) == {"v"}:
+            level += len(arg) - 1
+    return level
+
+
+def single_user(command: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether Nix builds in this process tree (no daemon), so that its reaped children are the builders."""
+    if env.get("NIX_REMOTE", "") not in ("", "local") or any(
+        a == "--store" or a.startswith("--store=") for a in command
+    ):
+        return False
+    state = env.get("NIX_STATE_DIR") or "/nix/var/nix"
+    return os.access(os.path.join(state, "db"), os.W_OK)
+
+
+def _memory_megabytes() -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def nix_peak_bound(nix_hwm_kb: int) -> int:
+    """The largest peak that may still be Nix's own: its peak as last seen, plus what it may add while exiting.
+
+    A builder is forked from Nix, so until it execs it counts Nix's resident pages as its own: the run's
+    peak is a builder's only when it is clearly larger than Nix.
+    """
+    return nix_hwm_kb + nix_hwm_kb // 4 + 8192
+
+
+def _hwm_kb(pid: int) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return None
+
+
+class Recorder:
+    """One run of a Nix command and the records of the builds it ran."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        sink: Sink,
+        *,
+        tags: Mapping[str, str] | None = None,
+        cpu_count: int | None = None,
+        allocated_megabytes: int | None = None,
+        env: Mapping[str, str] | None = None,
+        terminal: IO[bytes] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.argv, self.kind = nix_command_line(command)
+        self.sink = sink
+        self.env = dict(os.environ if env is None else env)
+        # Tags of the caller: its SERVICE_TAG_* variables, then --tag; a derivation's own attributes come last.
+        self.tags = {**nix.tags_from_env(self.env), **(tags or {})}
+        self.cpu_count = cpu_count or os.cpu_count() or 1
+        self.allocated_megabytes = _memory_megabytes() if allocated_megabytes is None else allocated_megabytes
+        self.terminal = terminal if terminal is not None else sys.stderr.buffer
+        self.color = self.terminal.isatty() and not self.env.get("NO_COLOR")
+        self.warn = warn or (lambda text: sys.stderr.write(f"buildreport: {text}\n"))
+        self.level = verbosity(command)
+        self.print_build_logs = self.kind == "nix-build" or any(a in ("-L", "--print-build-logs") for a in command)
+        self.invocation = new_invocation()
+        self.builds: dict[int, LocalBuild] = {}
+        self.activity_types: dict[int, int] = {}
+        self.progress: dict[int, int] = {}
+        self.findings: list[nix.ErrorFinding] = []
+        self.errors: list[str] = []
+        self.signalled: int | None = None
+        self.signal_time: float | None = None
+        self.create_time = 0.0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.nix_hwm_kb: int | None = None
+        self.broken = False
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+
+    # --- running Nix ---------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run the command, record its builds; its exit status (negative: the signal that ended it)."""
+        worker = threading.Thread(target=self._work, name="buildreport-record", daemon=True)
+        worker.start()
+        self.create_time = time.time()
+        try:
+            self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE, env=self.env)
+        except OSError as exc:
+            self._jobs.put(None)
+            raise UsageError(f"cannot run {self.argv[0]}: {exc.strerror or exc}") from exc
+        previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED_SIGNALS}
+        try:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                self._read(time.time(), line)
+            usage = self._reap(self.proc.pid)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        exit_time = time.time()
+        self._jobs.put(None)
+        worker.join()
+        self._finish(usage, exit_time)
+        return self.proc.returncode
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        if self.signalled is None:
+            self.signal_time = time.time()
+        self.signalled = signum
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signum)
+
+    def _reap(self, pid: int) -> Usage:
+        """Wait for Nix; the CPU time of the children it reaped (read before it is reaped) and its rusage."""
+        children = 0.0
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            children = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
+        while True:
+            try:
+                _, status, rusage = os.wait4(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        assert self.proc is not None
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return Usage(children_cpu_seconds=children, maxrss_kb=rusage.ru_maxrss, nix_hwm_kb=self.nix_hwm_kb)
+
+    def _show(self, text: str) -> None:
+        if not self.color:
+            text = nix.strip_ansi(text)
+        with contextlib.suppress(OSError, ValueError):
+            self.terminal.write(text.encode(errors="replace") + b"\n")
+            self.terminal.flush()
+
+    def _read(self, at: float, line: bytes) -> None:
+        """One line of Nix's stderr; whatever goes wrong in reading it, Nix's output keeps flowing."""
+        if self.broken:
+            self._pass_on(line)
+            return
+        try:
+            self._line(at, line)
+        except Exception as exc:
+            self.broken = True
+            self.warn(f"stopped recording this run: cannot read Nix's output ({exc!r})")
+            self._pass_on(line)
+
+    def _pass_on(self, line: bytes) -> None:
+        event = nix.parse_event(line.rstrip(b"\n"))
+        if event is None:
+            with contextlib.suppress(OSError, ValueError):
+                self.terminal.write(line)
+                self.terminal.flush()
+        elif event.action == "msg" and event.level <= self.level:
+            self._show(event.msg)
+
+    def _line(self, at: float, line: bytes) -> None:
+        event = nix.parse_event(line.rstrip(b"\n"))
+        if event is None:
+            with contextlib.suppress(OSError, ValueError):
+                self.terminal.write(line)
+                self.terminal.flush()
+            return
+        if event.action != "result":
+            self._sample_nix_memory()
+        if event.action == "msg":
+            if event.level <= self.level:
+                self._show(event.msg)
+            if event.level == 0:
+                self.errors.append(event.msg)
+                finding = nix.read_error(event.msg)
+                if finding is not None:
+                    self.findings.append(finding)
+        elif event.action == "start":
+            self.activity_types[event.id] = event.type
+            if event.text and event.level <= self.level:
+                self._show(event.text + "...")
+            if event.type == nix.ACT_BUILD and event.fields:
+                self._started(at, event)
+        elif event.action == "result":
+            if event.type == nix.RES_BUILD_LOG_LINE and event.fields:
+                self._log_line(event.id, str(event.fields[0]))
+            elif event.type == nix.RES_PROGRESS and self.activity_types.get(event.id) == nix.ACT_BUILDS:
+                self._progress(at, event.id, event.fields)
+
+    def _sample_nix_memory(self) -> None:
+        """Nix's own peak so far; a larger peak of the whole invocation can then only be a builder's."""
+        if self.proc is not None and (hwm := _hwm_kb(self.proc.pid)) is not None:
+            self.nix_hwm_kb = max(hwm, self.nix_hwm_kb or 0)
+
+    def _started(self, at: float, event: nix.NixEvent) -> None:
+        drv_path = str(event.fields[0])
+        if any(b.drv_path == drv_path for b in self.builds.values()):
+            return  # another round of the same derivation (--repeat): one build
+        machine = str(event.fields[1]) if len(event.fields) > 1 else ""
+        build = LocalBuild(drv_path, event.id, machine, at, source_id(self.invocation, drv_path))
+        self.builds[event.id] = build
+        self._jobs.put(lambda: self._record_running(build))
+
+    def _log_line(self, activity: int, text: str) -> None:
+        build = self.builds.get(activity)
+        if build is not None:
+            build.lines.append(text)
+            if self.print_build_logs:
+                prefix = "" if self.kind == "nix-build" else f"{nix.drv_name(build.drv_path)}> "
+                self._show(prefix + text)
+
+    def _progress(self, at: float, activity: int, fields: list[Any]) -> None:
+        """A change of done + failed on the builds activity: a build ended; which, when only one was running."""
+        try:
+            finished = int(fields[0]) + int(fields[3])
+        except (IndexError, TypeError, ValueError):
+            return
+        if finished > self.progress.get(activity, 0):
+            running = [b for b in self.builds.values() if b.progress_end is None]
+            if len(running) == 1:
+                running[0].progress_end = at
+        self.progress[activity] = max(finished, self.progress.get(activity, 0))
+
+    # --- records --------------------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except Exception as exc:
+                self.warn(f"cannot record a build: {exc!r}")
+
+    def _derivation(self, build: LocalBuild) -> nix.Derivation | None:
+        if build.drv is None:
+            try:
+                build.drv = nix.show_derivation(build.drv_path)
+            except nix.NixError as exc:
+                self.warn(f"cannot record {build.drv_path}: {exc}")
+        return build.drv
+
+    def _emit(self, **fields: Any) -> None:
+        try:
+            record = make_record(**fields)
+        except RecordInvalid as exc:
+            self.warn(f"cannot record {fields['derivation_path']}: {exc}")
+            return
+        try:
+            self.sink(record)
+        except Exception as exc:  # a full disk or a locked database must not change what Nix did
+            self.warn(f"cannot record {fields['derivation_path']}: {exc}")
+
+    def _common(self, build: LocalBuild, drv: nix.Derivation) -> dict[str, Any]:
+        return {
+            "source_id": build.source_id,
+            "create_time": utc(self.create_time),
+            "start_time": utc(build.start),
+            "queue_time_seconds": round(max(0.0, build.start - self.create_time), 6),
+            "cpu_count": self.cpu_count,
+            "allocated_megabytes": self.allocated_megabytes,
+            "peak_storage_use_kilobytes": None,
+            "derivation_path": build.drv_path,
+            "system": drv.system,
+            "tags": {**self.tags, **drv.tags},
+        }
+
+    def _record_running(self, build: LocalBuild) -> None:
+        drv = self._derivation(build)
+        if drv is not None:
+            self._emit(
+                **self._common(build, drv),
+                duration_seconds=None,
+                build_status=BuildStatus.running,
+                status_message=None,
+                cpu_seconds=0,
+                average_cpu_utilization=None,
+                peak_memory_use_kilobytes=None,
+                outputs=[],
+            )
+
+    def _status(self, build: LocalBuild, drv: nix.Derivation, valid: bool) -> tuple[BuildStatus, str | None]:
+        for finding in self.findings:
+            if finding.drv_path == build.drv_path:
+                return finding.status, finding.message
+        if valid:
+            return BuildStatus.built, None
+        interrupt = next((f for f in self.findings if f.status == BuildStatus.cancelled), None)
+        if interrupt is not None or self.signalled is not None:
+            message = interrupt.message if interrupt else f"interrupted by {signal.Signals(self.signalled or 2).name}"
+            return BuildStatus.cancelled, message
+        assert self.proc is not None
+        # An error about no derivation in particular may be this one's; one naming another build is not.
+        for error in reversed(self.errors):
+            text = nix.strip_ansi(error).strip()
+            if text and (build.drv_path in text or ".drv" not in text):
+                return BuildStatus.build_failed, text.splitlines()[0]
+        code = self.proc.returncode
+        ended = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+        return BuildStatus.build_failed, f"its outputs are missing after Nix {ended}"
+
+    def _end(self, build: LocalBuild, status: BuildStatus, exit_time: float) -> float:
+        """The end of a build: its stored log's last write, else the progress event, else Nix's exit.
+
+        An interrupted build ends when the signal came: Nix kills its builder then, without a last write to
+        the log.
+        """
+        if status == BuildStatus.cancelled:
+            return min(self.signal_time or exit_time, exit_time)
+        mtime_ns = nix.log_mtime_ns(build.drv_path)
+        if mtime_ns is not None and build.start - 0.05 <= mtime_ns / 1e9 <= exit_time + 1:
+            return mtime_ns / 1e9
+        return build.progress_end if build.progress_end is not None else exit_time
+
+    def _finish(self, usage: Usage, exit_time: float) -> None:
+        builds = list(self.builds.values())
+        local = [b for b in builds if b.machine == ""]
+        # Resources are per invocation: they belong to a build only when it is the one local build.
+        measured = len(builds) == 1 and len(local) == 1 and single_user(self.argv, self.env)
+        for build in builds:
+            try:
+                self._finish_build(build, usage, exit_time, measured)
+            except Exception as exc:
+                self.warn(f"cannot record {build.drv_path}: {exc!r}")
+
+    def _finish_build(self, build: LocalBuild, usage: Usage, exit_time: float, measured: bool) -> None:
+        drv = self._derivation(build)
+        if drv is None:
+            return
+        try:
+            outputs = nix.build_outputs(drv)
+        except nix.NixError as exc:
+            self.warn(f"outputs of {build.drv_path}: {exc}")
+            outputs = []
+        status, message = self._status(build, drv, nix.outputs_valid(drv, outputs))
+        end = self._end(build, status, exit_time)
+        duration = max(0.0, end - build.start)
+        cpu = usage.children_cpu_seconds if measured else None
+        peak = None
+        if measured and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):
+            peak = usage.maxrss_kb  # far larger than Nix itself was: a builder's
+        log = nix.read_build_log(build.drv_path)
+        if log is None and build.lines:
+            log = "\n".join(build.lines) + "\n"
+        self._emit(
+            **self._common(build, drv),
+            duration_seconds=round(duration, 6),
+            build_status=status,
+            status_message=message,
+            cpu_seconds=round(cpu) if cpu is not None else 0,
+            average_cpu_utilization=round(cpu / (duration * self.cpu_count), 4)
+            if cpu is not None and duration
+            else None,
+            peak_memory_use_kilobytes=peak,
+            outputs=outputs if status == BuildStatus.built else [],
+            log=log,
+        )
+
+
+def exit_like(returncode: int) -> int:
+    """Leave as the wrapped command did: with its exit status, or killed by the same signal."""
+    if returncode < 0:
+        signal.signal(-returncode, signal.SIG_DFL)
+        os.kill(os.getpid(), -returncode)
+        time.sleep(1)
+        return 128 - returncode
+    return returncode
