@@ -41,6 +41,15 @@ BATCH_SIZE = 2000
 
 Conflict = Callable[[object, str, str], None]  # (location, field, reason)
 AnyRecord = ImportRecord | BuildRecord
+PackedLog = tuple[bytes, int]  # (zlib-compressed text, size of the text in bytes)
+
+
+def pack_log(text: str | None) -> PackedLog | None:
+    """A log as stored; callers that hold a write lock pack logs before taking it."""
+    if text is None:
+        return None
+    raw = text.encode()
+    return zlib.compress(raw, 6), len(raw)
 
 
 class WriteStats(msgspec.Struct):
@@ -64,8 +73,7 @@ class _Row(msgspec.Struct):
     log_size: int
 
     @classmethod
-    def of(cls, location: object, account_id: int, build: Build, log_text: str | None, source_id: str | None) -> _Row:
-        raw_log = log_text.encode() if log_text is not None else None
+    def of(cls, location: object, account_id: int, build: Build, log: PackedLog | None, source_id: str | None) -> _Row:
         return cls(
             location=location,
             account_id=account_id,
@@ -75,8 +83,8 @@ class _Row(msgspec.Struct):
             create_us=to_us(build.create_time),
             start_us=to_us(build.start_time),
             duration_us=round(build.duration_seconds * 1_000_000) if build.duration_seconds is not None else None,
-            log=zlib.compress(raw_log, 6) if raw_log is not None else None,
-            log_size=len(raw_log) if raw_log is not None else 0,
+            log=log[0] if log is not None else None,
+            log_size=log[1] if log is not None else 0,
         )
 
     @property
@@ -162,6 +170,8 @@ class _Item(msgspec.Struct):
     location: object
     account_id: int
     record: AnyRecord
+    log: PackedLog | None = None
+    packed: bool = False  # `log` was packed by the caller
     build_id: int = 0
     restart_of: int | None = None
 
@@ -188,8 +198,11 @@ class BuildWriter:
         self.stats = WriteStats()
         self.build_ids: list[int | None] | None = [] if keep_ids else None
 
-    def add(self, location: object, record: AnyRecord, account_id: int | None = None) -> None:
-        """Queue a record; an import record names its account, a write record is the caller's `account_id`'s."""
+    def add(
+        self, location: object, record: AnyRecord, account_id: int | None = None, *, log: PackedLog | None = None
+    ) -> None:
+        """Queue a record; an import record names its account, a write record is the caller's `account_id`'s.
+        `log` is the record's log packed in advance (see pack_log), when the caller did that."""
         if account_id is None:
             account_id = self.account_id(record.account)  # type: ignore[union-attr]
         source = getattr(record, "source_id", None)
@@ -201,7 +214,7 @@ class BuildWriter:
         if any(key in self._keys for key in named):
             self.flush()  # later records about the same build apply after earlier ones, in order
         self._keys.update(own)
-        self._batch.append(_Item(location, account_id, record))
+        self._batch.append(_Item(location, account_id, record, log, log is not None or record.log is None))
         if len(self._batch) >= BATCH_SIZE:
             self.flush()
 
@@ -368,7 +381,7 @@ class BuildWriter:
             build = self._merge_links(location, build, old)
             if build is None:
                 return None
-        row = _Row.of(location, account_id, build, record.log, source)
+        row = _Row.of(location, account_id, build, item.log if item.packed else pack_log(record.log), source)
         if old is None:
             self.stats.created += 1
         elif old.body == row.body and (row.log is None or self._same_log(build.build_id, row.log)) and (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
 from buildreport.store.schema import configure
-from buildreport.store.writer import BuildWriter
+from buildreport.store.writer import BuildWriter, pack_log
 
 
 class WriteConflicts(Exception):
@@ -32,11 +32,12 @@ def write_records(conn: sqlite3.Connection, account_id: int, records: list[Build
     def conflict(location: object, field: str, reason: str) -> None:
         invalid.append(InvalidRecord(int(location), field, reason))  # type: ignore[call-overload]
 
+    logs = [pack_log(record.log) for record in records]  # the costly part of a write, before the lock
     conn.execute("BEGIN IMMEDIATE")
     try:
         writer = BuildWriter(conn, conflict, now_us, keep_ids=True)
         for index, record in enumerate(records):
-            writer.add(index, record, account_id)
+            writer.add(index, record, account_id, log=logs[index])
         writer.finish()
         if invalid:
             raise WriteConflicts(sorted(invalid, key=lambda r: r.index))
