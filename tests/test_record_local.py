@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import nixbuilds
 import pytest
@@ -379,3 +380,34 @@ def test_nix_output_keeps_flowing_when_reading_it_fails(nix_files: Path, tmp_pat
     shown = terminal.read_text()
     assert "these derivations will be built" in shown or "this derivation will be built" in shown
     assert "@nix" not in shown and records == []
+
+
+def test_recorded_builds_reach_the_api_through_push(nix_files: Path, tmp_path: Path, env: Any, serve: Any) -> None:
+    spool, tag = tmp_path / "spool", nonce()
+    done = subprocess.run(
+        record_command(nix_files, spool, "--tag", f"run={tag}", "--", *nix_build(nix_files, tag, "ok", "fail"),
+                       "--keep-going"),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 100, done.stderr
+    recorded = final(spooled(spool))
+    writer = env.token("acme", scopes=("build:write",))
+    reader = env.token("acme", scopes=("build:read",))
+    server = serve(env.db)
+    pushed = subprocess.run(
+        [sys.executable, "-m", "buildreport", "push", "--to", server.url, "--token", writer, str(spool)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr
+    assert pending_files(spool) == []
+    answer = httpx.get(
+        f"{server.url}/builds", params={"tags": f"run:{tag}"}, headers={"Authorization": f"Bearer {reader}"}
+    )
+    assert answer.status_code == 200
+    builds = {nix.drv_name(b["derivation_path"]): b for b in answer.json()}
+    assert sorted(builds) == ["fail-test", "ok-test"]  # the running record and the final one are one build
+    for name, build in builds.items():
+        for field in ("build_status", "status_message", "derivation_path", "outputs", "tags", "system"):
+            assert build[field] == recorded[name][field]
+        assert when(build["start_time"]) == pytest.approx(when(recorded[name]["start_time"]), abs=1e-6)
+    assert builds["ok-test"]["tags"] == {"run": tag, "project": "web", "team": "drv-team"}
