@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 
 from buildreport.models import BuildOutput, BuildRecord
-from buildreport.record import nix
+from buildreport.record import nix, records
 from buildreport.record.protocol import (
     BuildRequest,
     BuildResult,
@@ -51,7 +51,6 @@ DAEMON_COMMAND = "nix-daemon --stdio"
 CHUNK = 64 * 1024
 LOG_MAX_BYTES = 2 * 1024 * 1024  # the end of a longer log is kept
 MESSAGE_LINES = 10  # log lines in the status message of a failure without an error text
-SOURCE_ID_MAX = 200
 HOLD_FINAL_SECONDS = 2.0
 DISCONNECT_MESSAGE = "ssh session closed: the client went away during the build"
 
@@ -360,8 +359,8 @@ class Session:
             self._flush_held()  # a second build: the session's peak memory is no longer one build's
             self.requests += 1
             index = self.requests
-            drv_name = request.drv_path.rsplit("/", 1)[-1][:40]
-            source_id = f"{self.config.host[:64]}:{self.session_id}:{index}:{drv_name}"[:SOURCE_ID_MAX]
+            # <host>:<session>.<n>:<drv hash>, as every recorder names its builds
+            source_id = records.source_id(f"{self.session_id}.{index}", request.drv_path, self.config.host)
             # The first build of a session was asked for when the session began; a later one when it came.
             create = self.started if index == 1 else at
             self.current = Build(index, request, source_id, create, at, self.restarts.take(request.drv_path))
