@@ -193,3 +193,19 @@ def test_daemon_version_and_negotiated_minor() -> None:
     assert negotiated_minor(0x11D, 0x122) == 29
     with pytest.raises(ProtocolError):
         daemon_version(b"\0" * 16)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=50))
+def test_reply_decoder_gives_the_same_events_however_the_answer_is_cut(cuts: list[int]) -> None:
+    data = (DATA / "ok.daemon").read_bytes()[REPLY_OFFSET:]
+    whole = Recorded()
+    ReplyDecoder(34, whole).feed(data)
+    pieces = Recorded()
+    decoder = ReplyDecoder(34, pieces)
+    at, i = 0, 0
+    while not decoder.done:
+        size = cuts[i % len(cuts)]
+        decoder.feed(data[at : at + size])
+        at, i = at + size, i + 1
+    assert (pieces.started, pieces.lines, pieces.results) == (whole.started, whole.lines, whole.results)
