@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -188,6 +189,27 @@ def test_runner_records_a_client_that_goes_away_mid_build(runner: Runner) -> Non
     assert final["status_message"].startswith("ssh session closed")
     assert when(final["start_time"]) + final["duration_seconds"] == pytest.approx(killed, abs=2)
     assert final["duration_seconds"] < TIMEOUT + 1
+
+
+def test_runner_stopped_mid_build_records_internal_error(runner: Runner) -> None:
+    n = nonce()
+    drv = runner.drv_path("slow", n)
+    client = runner.start_build("slow", n)
+    try:
+        deadline = time.monotonic() + 60
+        while not (running := [r for r in runner.records().values() if r[0]["derivation_path"] == drv]):
+            assert time.monotonic() < deadline, runner.runner_log()
+            time.sleep(0.1)
+        # source_id = host:<session ns>.<runner pid>.<n>:<drv hash>
+        runner_pid = int(running[0][0]["source_id"].split(":")[1].split(".")[1])
+        os.kill(runner_pid, signal.SIGTERM)
+        final = runner.wait_final(drv)[-1]
+        assert client.wait(timeout=60) != 0
+    finally:
+        kill_group(client)
+    assert final["build_status"] == "internal_error"
+    assert final["status_message"].startswith(f"the runner was stopped by signal {signal.SIGTERM.value} during")
+    assert final["duration_seconds"] < TIMEOUT
 
 
 def test_runner_check_reports_a_usable_set_up(runner: Runner, tmp_path: Path) -> None:
