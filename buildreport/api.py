@@ -77,11 +77,11 @@ def _integer(low: int, high: int, default: int | None = None) -> dict[str, Any]:
 _DATE = {"oneOf": None, "type": OpenAPIType.STRING, "format": OpenAPIFormat.DATE}
 
 
-def _errors(*codes: int) -> dict[int, ResponseSpec]:
+def _errors(*codes: int, scope: str = READ_SCOPE) -> dict[int, ResponseSpec]:
     described = {
         400: "Invalid parameters; `invalid_params` names each.",
         401: "Missing, unknown, expired or revoked token.",
-        403: "The token lacks the build:read scope.",
+        403: f"The token lacks the {scope} scope.",
         404: "No such build for this account.",
         413: "The body, inflated, or its number of records is over the limit.",
         415: "The body is neither application/json nor application/x-ndjson, or not gzip-encoded.",
@@ -286,7 +286,7 @@ class _RecordsOperation(Operation):
             media_type="application/problem+json",
             generate_examples=False,
         ),
-        **_errors(401, 403, 413, 415, 429),
+        **_errors(401, 403, 413, 415, 429, scope=WRITE_SCOPE),
     },
 )
 async def write_builds(request: Request[Any, Any, Any]) -> Response[bytes]:

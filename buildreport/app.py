@@ -84,7 +84,8 @@ def _openapi() -> OpenAPIConfig:
     return OpenAPIConfig(
         title="buildreport",
         version=__version__,
-        description="Read-only reports on remote Nix builds: builds, summaries, signed links and usage.",
+        description="Reports on remote Nix builds: builds, summaries, signed links and usage; "
+        "builds sent by build runners.",
         path="/docs",
         render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin(path="/swagger")],
         components=Components(

@@ -44,7 +44,7 @@ def _open(db: str, *, create: bool = True):  # type: ignore[no-untyped-def]
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="buildreport")
 def main() -> None:
-    """buildreport: reports on remote Nix builds over a read-only JSON API."""
+    """buildreport: reports on remote Nix builds over a JSON API."""
 
 
 # --- serve ---------------------------------------------------------------------------------

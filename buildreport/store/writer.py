@@ -341,6 +341,17 @@ class BuildWriter:
         if self.build_ids is not None:
             ok = {id(item) for item in items}
             self.build_ids += [item.build_id if id(item) in ok else None for item in batch]
+        # One record named a build by its id, another by its source id: each applies after the one before.
+        start, seen = 0, set()
+        for index, item in enumerate(items):
+            if item.build_id in seen:
+                self._write_items(items[start:index])
+                start, seen = index, set()
+            seen.add(item.build_id)
+        self._write_items(items[start:])
+
+    def _write_items(self, items: list[_Item]) -> None:
+        """Write records of distinct builds."""
         existing = self._existing([item.build_id for item in items])
         rows: list[_Row] = []
         for item in items:
