@@ -39,6 +39,7 @@ in {
   fail2 = mk "fail2-test" "echo failing too; exit 2" { };
   slow = mk "slow-test" "echo slow start; sleep 30" { };
   busy = mk "busy-test" "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; mkdir -p $out" { };
+  busy2 = mk "busy2-test" "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; mkdir -p $out" { };
   big = mk "big-test" "x=$(head -c 40000000 /dev/zero | tr '\\0' a); echo \${#x}; mkdir -p $out" { };
   multi = mk "multi-test" "mkdir -p $out $dev; echo a > $out/a; echo bb > $dev/b" { outputs = [ "out" "dev" ]; };
 }

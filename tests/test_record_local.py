@@ -168,7 +168,7 @@ def test_builds_are_recorded_running_then_final_with_what_nix_says(nix_files: Pa
         assert running[name]["duration_seconds"] is None and running[name]["log"] is None
         check_clock(rec, before, after)
         assert (rec["cpu_count"], rec["allocated_megabytes"]) == (4, 2048)
-        # Three builds ran: CPU time and memory cannot be told apart, so they are not invented.
+        # Builds of a few milliseconds: no CPU second, no ratio over 10 ms ticks; three builds, no one peak.
         assert (rec["cpu_seconds"], rec["average_cpu_utilization"], rec["peak_memory_use_kilobytes"]) == (0, None, None)
         assert rec["peak_storage_use_kilobytes"] is None
         assert rec["derivation_path"] == instantiate(nix_files, name.removesuffix("-test"), tag)
@@ -238,6 +238,34 @@ def test_one_build_gets_the_cpu_time_of_its_builder(nix_files: Path, tmp_path: P
     assert rec["cpu_seconds"] == round(cpu) or abs(rec["cpu_seconds"] - cpu) <= 0.51
     # A shell is far smaller than Nix itself: the run's peak was Nix's, not the build's.
     assert rec["peak_memory_use_kilobytes"] is None
+
+
+def test_builds_one_after_another_each_get_their_own_cpu_time(nix_files: Path, tmp_path: Path) -> None:
+    spool, tag = tmp_path / "spool", nonce()
+    done = subprocess.run(
+        record_command(nix_files, spool, "--cpu-count", "1", "--",
+                       *nix_build(nix_files, tag, "busy", "ok", "busy2"), "--max-jobs", "1"),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    last = final(spooled(spool)[3:])
+    for name in ("busy-test", "busy2-test"):
+        rec = last[name]
+        cpu = rec["average_cpu_utilization"] * rec["duration_seconds"]
+        assert 0.1 < cpu <= rec["duration_seconds"] * 1.05
+        assert rec["peak_memory_use_kilobytes"] is None  # three builds: the run's peak is no one build's
+    assert last["ok-test"]["cpu_seconds"] == 0
+
+
+def test_builds_side_by_side_get_no_cpu_time(nix_files: Path, tmp_path: Path) -> None:
+    spool, tag = tmp_path / "spool", nonce()
+    done = subprocess.run(
+        record_command(nix_files, spool, "--", *nix_build(nix_files, tag, "busy", "busy2"), "--max-jobs", "2"),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for rec in final(spooled(spool)[2:]).values():
+        assert (rec["cpu_seconds"], rec["average_cpu_utilization"]) == (0, None)
 
 
 def test_one_build_gets_the_peak_memory_of_its_builder(nix_files: Path, tmp_path: Path) -> None:

@@ -6,10 +6,12 @@ type-105 activity is one derivation being built: its start is recorded at once a
 Nix has exited, again with its final status, from the error messages and the validity of its outputs.
 Substituted paths are not builds and are not recorded.
 
-CPU time and peak memory come from the Nix process itself, and only when they can belong to one build:
-a single-user Nix (no daemon) forks its builders, so the CPU time of the children it reaped is theirs
-when exactly one build ran locally. Otherwise `cpu_seconds` is 0 with `average_cpu_utilization` null
-(the Build fields require a number), and the peak memory is null.
+CPU time and peak memory come from the Nix process itself, and only where they belong to one build: a
+single-user Nix (no daemon) forks its builders and reaps each one before the next build takes its slot, so
+the CPU time of the children it has reaped, read at each build's start and at the end, splits into builds
+when they ran one after another (Nix's default `max-jobs = 1`). Otherwise `cpu_seconds` is 0 with
+`average_cpu_utilization` null (the Build fields require a number). The peak memory is known for a run of
+one build only (the largest process of the run), and is null otherwise.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ Sink = Callable[[BuildRecord], None]
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 LOG_TAIL_LINES = 10_000  # kept from the event stream for a build whose log Nix did not store
+# CPU time is counted in clock ticks (10 ms): over a shorter build the ratio says nothing.
+MIN_UTILIZATION_SECONDS = 0.1
 DEFAULT_VERBOSITY = 3  # Nix's `info`: what it prints without -v or --quiet
 
 
@@ -49,6 +53,7 @@ class LocalBuild:
     machine: str
     start: float
     source_id: str
+    cpu_at_start: float | None = None  # CPU seconds of the children Nix had reaped when this build started
     drv: nix.Derivation | None = None
     progress_end: float | None = None
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
@@ -58,7 +63,7 @@ class LocalBuild:
 class Usage:
     """What the kernel says the Nix process and the children it reaped used."""
 
-    children_cpu_seconds: float
+    children_cpu_seconds: float | None
     maxrss_kb: int
     nix_hwm_kb: int | None
 
@@ -131,6 +136,14 @@ def nix_peak_bound(nix_hwm_kb: int) -> int:
     return nix_hwm_kb + nix_hwm_kb // 4 + 8192
 
 
+def reaped_cpu_seconds(pid: int) -> float | None:
+    """CPU time of the children process `pid` has reaped (cutime + cstime), also while it is a zombie."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
 def _hwm_kb(pid: int) -> int | None:
     with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/status") as handle:
         for line in handle:
@@ -178,6 +191,7 @@ class Recorder:
         self.proc: subprocess.Popen[bytes] | None = None
         self.nix_hwm_kb: int | None = None
         self.broken = False
+        self.most_running = 0  # most builds Nix ran at once
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
 
     # --- running Nix ---------------------------------------------------------------------------------------
@@ -217,12 +231,10 @@ class Recorder:
 
     def _reap(self, pid: int) -> Usage:
         """Wait for Nix; the CPU time of the children it reaped (read before it is reaped) and its rusage."""
-        children = 0.0
+        children = None
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-            with open(f"/proc/{pid}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-            children = (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")  # cutime + cstime
+            children = reaped_cpu_seconds(pid)
         while True:
             try:
                 _, status, rusage = os.wait4(pid, 0)
@@ -301,6 +313,8 @@ class Recorder:
             return  # another round of the same derivation (--repeat): one build
         machine = str(event.fields[1]) if len(event.fields) > 1 else ""
         build = LocalBuild(drv_path, event.id, machine, at, source_id(self.invocation, drv_path))
+        if self.proc is not None:
+            build.cpu_at_start = reaped_cpu_seconds(self.proc.pid)
         self.builds[event.id] = build
         self._jobs.put(lambda: self._record_running(build))
 
@@ -318,6 +332,8 @@ class Recorder:
             finished = int(fields[0]) + int(fields[3])
         except (IndexError, TypeError, ValueError):
             return
+        with contextlib.suppress(IndexError, TypeError, ValueError):
+            self.most_running = max(self.most_running, int(fields[2]))
         if finished > self.progress.get(activity, 0):
             running = [b for b in self.builds.values() if b.progress_end is None]
             if len(running) == 1:
@@ -415,16 +431,31 @@ class Recorder:
 
     def _finish(self, usage: Usage, exit_time: float) -> None:
         builds = list(self.builds.values())
-        local = [b for b in builds if b.machine == ""]
-        # Resources are per invocation: they belong to a build only when it is the one local build.
-        measured = len(builds) == 1 and len(local) == 1 and single_user(self.argv, self.env)
+        cpu = self._cpu_per_build(builds, usage)
+        alone = len(builds) == 1 and builds[0].activity in cpu
+        peak = None
+        if alone and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):
+            peak = usage.maxrss_kb  # far larger than Nix itself was: the builder's
         for build in builds:
             try:
-                self._finish_build(build, usage, exit_time, measured)
+                self._finish_build(build, exit_time, cpu.get(build.activity), peak)
             except Exception as exc:
                 self.warn(f"cannot record {build.drv_path}: {exc!r}")
 
-    def _finish_build(self, build: LocalBuild, usage: Usage, exit_time: float, measured: bool) -> None:
+    def _cpu_per_build(self, builds: list[LocalBuild], usage: Usage) -> dict[int, float]:
+        """CPU seconds of each build, by activity, where the builds ran one at a time in this process tree."""
+        if (
+            not builds
+            or self.most_running > 1
+            or any(b.machine != "" or b.cpu_at_start is None for b in builds)
+            or usage.children_cpu_seconds is None
+            or not single_user(self.argv, self.env)
+        ):
+            return {}
+        marks = [b.cpu_at_start or 0.0 for b in builds] + [usage.children_cpu_seconds]
+        return {b.activity: max(0.0, marks[i + 1] - marks[i]) for i, b in enumerate(builds)}
+
+    def _finish_build(self, build: LocalBuild, exit_time: float, cpu: float | None, peak: int | None) -> None:
         drv = self._derivation(build)
         if drv is None:
             return
@@ -436,10 +467,6 @@ class Recorder:
         status, message = self._status(build, drv, nix.outputs_valid(drv, outputs))
         end = self._end(build, status, exit_time)
         duration = max(0.0, end - build.start)
-        cpu = usage.children_cpu_seconds if measured else None
-        peak = None
-        if measured and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):
-            peak = usage.maxrss_kb  # far larger than Nix itself was: a builder's
         log = nix.read_build_log(build.drv_path)
         if log is None and build.lines:
             log = "\n".join(build.lines) + "\n"
@@ -450,7 +477,7 @@ class Recorder:
             status_message=message,
             cpu_seconds=round(cpu) if cpu is not None else 0,
             average_cpu_utilization=round(cpu / (duration * self.cpu_count), 4)
-            if cpu is not None and duration
+            if cpu is not None and duration >= MIN_UTILIZATION_SECONDS
             else None,
             peak_memory_use_kilobytes=peak,
             outputs=outputs if status == BuildStatus.built else [],
