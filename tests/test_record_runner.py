@@ -25,6 +25,7 @@ from buildreport.record.protocol import BuildRequest, BuildResult, BuildResultSt
 from buildreport.record.runner import RunnerConfig, Session, status_of
 
 DATA = Path(__file__).parent / "data" / "nix_session"
+CGROUP_ROOT = Path("/sys/fs/cgroup/unified")
 TIMEOUT = 10  # long enough for every other build on a busy machine
 CPU_COUNT = 3
 MEGABYTES = 1234
@@ -43,6 +44,10 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
         yield runner
     finally:
         runner.stop()
+    # Every session removed the cgroup it made for itself.
+    sessions = set(re.findall(r"^\S+ (\S+) session ended", runner.runner_log(), re.M))
+    assert sessions
+    assert not [s for s in sessions if (CGROUP_ROOT / f"buildreport-runner-{s}").exists()]
 
 
 def nonce() -> str:

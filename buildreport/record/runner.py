@@ -45,13 +45,14 @@ from buildreport.record.protocol import (
     negotiated_minor,
 )
 from buildreport.record.restarts import RestartState
-from buildreport.record.usage import CpuMeter, SessionCgroup
+from buildreport.record.usage import CpuMeter, SessionCgroup, remove_stale
 
 DAEMON_COMMAND = "nix-daemon --stdio"
 CHUNK = 64 * 1024
 LOG_MAX_BYTES = 2 * 1024 * 1024  # the end of a longer log is kept
 MESSAGE_LINES = 10  # log lines in the status message of a failure without an error text
 HOLD_FINAL_SECONDS = 2.0
+CGROUP_PREFIX = "buildreport-runner-"
 DISCONNECT_MESSAGE = "ssh session closed: the client went away during the build"
 
 
@@ -278,7 +279,9 @@ class Session:
         self.reply_start = 0
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
-        cgroup = SessionCgroup.create(config.cgroup_root, f"buildreport-runner-{self.session_id}")
+        if config.cgroup_root is not None:
+            remove_stale(config.cgroup_root, CGROUP_PREFIX)
+        cgroup = SessionCgroup.create(config.cgroup_root, f"{CGROUP_PREFIX}{self.session_id}")
         try:
             pid = os.fork()
         except OSError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 
 # Where a writable cgroup v2 hierarchy usually is: the hybrid layout's unified tree, then a pure v2 one.
@@ -65,14 +66,32 @@ class SessionCgroup:
         except (OSError, ValueError):
             return None
 
-    def remove(self) -> None:
-        """Move whatever is left to the parent (a cgroup with processes cannot be removed), then remove it."""
+    def remove(self, attempts: int = 20) -> None:
+        """Move whatever is left to the parent (a cgroup with processes cannot be removed), then remove it.
+
+        A process that is exiting still counts for a moment after it was moved or killed: try a few times.
+        """
+        for _ in range(attempts):
+            with contextlib.suppress(OSError):
+                for pid in (self.path / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        (self.root / "cgroup.procs").write_text(f"{pid}\n")
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.05)
+
+
+def remove_stale(root: Path, prefix: str, older_than: float = 3600) -> None:
+    """Remove empty session cgroups left by runners that were killed (a live session's is never empty)."""
+    now = time.time()
+    for path in root.glob(f"{prefix}*"):
         with contextlib.suppress(OSError):
-            for pid in (self.path / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):
-                    (self.root / "cgroup.procs").write_text(f"{pid}\n")
-        with contextlib.suppress(OSError):
-            self.path.rmdir()
+            if now - path.stat().st_mtime > older_than:
+                path.rmdir()  # fails, harmlessly, while any process is in it
 
 
 def proc_cpu_seconds(pid: int) -> float | None:
