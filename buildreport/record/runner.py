@@ -32,6 +32,7 @@ import msgspec
 
 from buildreport.models import BuildOutput, BuildRecord
 from buildreport.record import nix, records
+from buildreport.record.fit import fit
 from buildreport.record.protocol import (
     BuildRequest,
     BuildResult,
@@ -508,7 +509,7 @@ class Session:
 
     def _spool(self, build: Build, *, final: bool) -> None:
         try:
-            record = msgspec.convert(self.record(build, final=final), BuildRecord, from_attributes=True)
+            record = msgspec.convert(fit(self.record(build, final=final)), BuildRecord, from_attributes=True)
         except msgspec.ValidationError as exc:  # never expected: say so rather than spool what the service refuses
             self.log(f"record of {build.source_id} is not valid: {exc}")
             return
