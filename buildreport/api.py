@@ -18,7 +18,16 @@ from litestar.params import PathParameter, QueryParameter
 from buildreport import filters, ingestion
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.errors import NotFound
-from buildreport.models import Build, BuildRecord, BuildSummary, BuildURL, InvalidRecord, Problem, Usage, WriteResult
+from buildreport.models import (
+    Build,
+    BuildRecord,
+    BuildSummary,
+    BuildURL,
+    InvalidRecordsProblem,
+    Problem,
+    Usage,
+    WriteResult,
+)
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
 from buildreport.store.writes import WriteConflicts, Writes
@@ -241,13 +250,6 @@ async def get_usage(
     query = filters.parse_usage_query(query_pairs(request), now_us())
     usage = await _reader(request).usage(_principal(request).account_id, query)
     return json_response(request, _ENCODE(usage))
-
-
-class InvalidRecordsProblem(Problem):
-    """The 400 of `POST /builds`: every bad record, by its 0-based position in the request."""
-
-    invalid_records: list[InvalidRecord] | None = None
-    invalid_record_count: int | None = None
 
 
 def _documented_body(data: list[BuildRecord]) -> None:

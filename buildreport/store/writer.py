@@ -193,6 +193,8 @@ class BuildWriter:
         self._next_id = 0
         self._hours: set[tuple[int, int]] = set()
         self._days: set[tuple[int, int]] = set()
+        self._hours_per_account: dict[int, int] = {}
+        self._full: set[int] = set()  # accounts whose totals are recomputed rather than kept by differences
         self._hour_deltas: dict[tuple[int, int, str], HourDelta] = {}
         self._usage_deltas: dict[tuple[int, int], list[int]] = {}
         self.stats = WriteStats()
@@ -228,10 +230,7 @@ class BuildWriter:
         """Write what is batched and bring the totals of every touched hour and day in step: by differences,
         or, for an account whose builds spread over many hours (a large import), in one pass over its builds."""
         self.flush()
-        hours_of: dict[int, int] = {}
-        for account_id, _ in self._hours:
-            hours_of[account_id] = hours_of.get(account_id, 0) + 1
-        full = {account_id for account_id, n in hours_of.items() if n > FULL_RECOMPUTE_THRESHOLD}
+        full = self._full
         if full:
             hours = {key for key in self._hours if key[0] in full}
             recompute_totals(self._conn, HOURLY, hours)
@@ -241,7 +240,12 @@ class BuildWriter:
         apply_usage_deltas(self._conn, {k: d for k, d in self._usage_deltas.items() if k[0] not in full})
 
     def _touch(self, account_id: int, create_us: int, stop_us: int | None) -> None:
-        self._hours.add((account_id, hour_of(create_us)))
+        hour = (account_id, hour_of(create_us))
+        if hour not in self._hours:
+            self._hours.add(hour)
+            count = self._hours_per_account[account_id] = self._hours_per_account.get(account_id, 0) + 1
+            if count > FULL_RECOMPUTE_THRESHOLD:
+                self._full.add(account_id)  # from now on its totals are recomputed in one pass at the end
         if stop_us is not None:
             self._days.add((account_id, day_of(stop_us)))
 
@@ -259,6 +263,8 @@ class BuildWriter:
     ) -> None:
         """Add (sign 1) or take away (sign -1) one build's share of the kept totals."""
         self._touch(account_id, create_us, stop_us)
+        if account_id in self._full:
+            return
         key = (account_id, hour_of(create_us), status)
         delta = self._hour_deltas.get(key)
         if delta is None:
