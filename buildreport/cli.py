@@ -500,7 +500,9 @@ def record(
 ) -> None:
     """Run a Nix build command here (nix-build … or nix build …) and record each build it runs.
 
-    Example: buildreport record --spool /var/spool/buildreport --tag job=docs -- nix-build -A docs
+    \b
+    buildreport record --spool /var/spool/buildreport --tag job=docs -- nix-build -A docs
+    buildreport record --db builds.db --account acme -- nix build .#hello -L
     """
     from buildreport.record.local import Recorder, UsageError, exit_like
 
@@ -517,7 +519,7 @@ def record(
     except DatabaseError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        returncode = Recorder(command, sink, **kwargs).run()  # type: ignore[arg-type]
+        returncode = Recorder(command, sink.write_all, **kwargs).run()  # type: ignore[arg-type]
     except UsageError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:

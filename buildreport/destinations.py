@@ -1,7 +1,8 @@
 """Where a recorder's build records go: a spool folder (sent on by `buildreport push`) or a local database.
 
-A local database takes them through the same writer as `POST /builds`: one transaction a record, named by
-its `source_id`, so a build's `running` record and its final one are one build.
+A local database takes them through the same writer as `POST /builds`: one transaction a record (or a
+batch, with `write_all`), named by its `source_id`, so a build's `running` record and its final one are
+one build.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from buildreport.times import now_us
 
 
 class SpoolSink:
-    """Each record in a spool file of its own, put in place atomically."""
+    """Each record in a spool file of its own, put in place atomically; a batch in one file."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -25,9 +26,12 @@ class SpoolSink:
     def __call__(self, record: BuildRecord) -> None:
         write_spool_file(self.directory, [encode(record)])
 
+    def write_all(self, records: list[BuildRecord]) -> None:
+        write_spool_file(self.directory, [encode(record) for record in records])
+
 
 class DatabaseSink:
-    """Each record written to `account` in a local database, in a transaction of its own."""
+    """Each record written to `account` in a local database, in a transaction of its own; a batch in one."""
 
     def __init__(self, db: Path | str, account: str) -> None:
         # The storage layer is imported here, not above: it takes a runner session about half a second
@@ -41,11 +45,14 @@ class DatabaseSink:
         self.lock = threading.Lock()
 
     def __call__(self, record: BuildRecord) -> None:
+        self.write_all([record])
+
+    def write_all(self, records: list[BuildRecord]) -> None:
         from buildreport.store.writes import WriteConflicts, write_records
 
         with self.lock:
             try:
-                write_records(self.conn, self.account_id, [record], now_us())
+                write_records(self.conn, self.account_id, records, now_us())
             except WriteConflicts as exc:
                 first = exc.invalid[0]
                 raise ValueError(f"the database refused it: {first.field}: {first.reason}") from exc

@@ -22,7 +22,15 @@ from nixbuilds import nonce
 
 from buildreport.models import BuildRecord
 from buildreport.record import nix
-from buildreport.record.local import Recorder, UsageError, exit_like, nix_command_line, single_user, verbosity
+from buildreport.record.local import (
+    Recorder,
+    UsageError,
+    exit_like,
+    log_tail,
+    nix_command_line,
+    single_user,
+    verbosity,
+)
 from buildreport.spool import pending_files
 
 nix_files = nixbuilds.nix_files  # the fixture: a nix.conf of the test's own
@@ -108,6 +116,16 @@ def test_messages_are_shown_up_to_the_users_verbosity() -> None:
     assert verbosity(["nix", "build", "--quiet"]) == 2
 
 
+def test_a_long_log_keeps_its_last_whole_lines() -> None:
+    log = "".join(f"line {n}\n" for n in range(1000))
+    assert log_tail(log, len(log)) == log and log_tail(None) is None
+    tail = log_tail(log, 100)
+    assert tail is not None
+    first, rest = tail.split("\n", 1)
+    assert log.endswith(rest) and rest.startswith("line ") and len(rest.encode()) <= 100
+    assert first == f"[{len(log) - len(rest)} earlier bytes of this log are not kept]"
+
+
 @pytest.mark.parametrize("returncode", [0, 1, 100, -signal.SIGTERM, -signal.SIGINT])
 def test_the_recorder_ends_as_the_command_did(returncode: int) -> None:
     code = f"import sys; from buildreport.record.local import exit_like; sys.exit(exit_like({returncode}))"
@@ -141,6 +159,16 @@ def test_bad_invocations_are_one_clear_line(tmp_path: Path, args: list[str], mes
     assert not (tmp_path / "s").exists()
 
 
+def test_a_machine_without_nix_is_one_clear_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "buildreport", "record", "--spool", "s", "--", "nix-build", "x.nix"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PATH": str(tmp_path / "empty")},
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr == "Error: cannot run nix-build: No such file or directory\n"
+    assert not (tmp_path / "s").exists()
+
+
 # --- real builds -------------------------------------------------------------------------------------------
 
 
@@ -159,6 +187,7 @@ def test_builds_are_recorded_running_then_final_with_what_nix_says(nix_files: Pa
 
     records = spooled(spool)
     assert [r["build_status"] for r in records[:3]] == ["running"] * 3
+    assert len(pending_files(spool)) == 4  # a file for each start, then the final records together
     running, last = final(records[:3]), final(records[3:])
     assert sorted(last) == ["fail-test", "multi-test", "ok-test"]
     for name, rec in last.items():
@@ -369,7 +398,7 @@ def test_records_go_to_a_database_with_db(nix_files: Path, tmp_path: Path) -> No
 def test_a_sink_that_fails_changes_nothing_for_nix(nix_files: Path, tmp_path: Path) -> None:
     warnings: list[str] = []
 
-    def broken(record: BuildRecord) -> None:
+    def broken(records: list[BuildRecord]) -> None:
         raise OSError("No space left on device")
 
     with open(os.devnull, "wb") as terminal:
@@ -401,7 +430,7 @@ def test_nix_output_keeps_flowing_when_reading_it_fails(nix_files: Path, tmp_pat
     records: list[BuildRecord] = []
     terminal = tmp_path / "terminal"
     with terminal.open("wb") as handle:
-        recorder = Recorder(nix_build(nix_files, nonce(), "ok"), records.append, terminal=handle, warn=warnings.append)
+        recorder = Recorder(nix_build(nix_files, nonce(), "ok"), records.extend, terminal=handle, warn=warnings.append)
         recorder._line = None  # type: ignore[assignment,method-assign]  # reading every event now fails
         assert recorder.run() == 0
     assert len(warnings) == 1 and warnings[0].startswith("stopped recording this run: cannot read Nix's output")

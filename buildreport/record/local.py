@@ -33,10 +33,12 @@ from buildreport.models import BuildRecord, BuildStatus
 from buildreport.record import nix
 from buildreport.record.records import RecordInvalid, make_record, new_invocation, source_id, utc
 
-Sink = Callable[[BuildRecord], None]
+Sink = Callable[[list[BuildRecord]], None]  # writes the records of one call all together, or raises
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 LOG_TAIL_LINES = 10_000  # kept from the event stream for a build whose log Nix did not store
+# A record's log is the end of a longer one: a record must fit in one request to the service (16 MiB).
+LOG_MAX_BYTES = 2 * 1024 * 1024
 # CPU time is counted in clock ticks (10 ms): over a shorter build the ratio says nothing.
 MIN_UTILIZATION_SECONDS = 0.1
 DEFAULT_VERBOSITY = 3  # Nix's `info`: what it prints without -v or --quiet
@@ -357,16 +359,21 @@ class Recorder:
                 self.warn(f"cannot record {build.drv_path}: {exc}")
         return build.drv
 
-    def _emit(self, **fields: Any) -> None:
+    def _record(self, **fields: Any) -> BuildRecord | None:
         try:
-            record = make_record(**fields)
+            return make_record(**fields)
         except RecordInvalid as exc:
             self.warn(f"cannot record {fields['derivation_path']}: {exc}")
+            return None
+
+    def _deliver(self, records: list[BuildRecord]) -> None:
+        if not records:
             return
         try:
-            self.sink(record)
+            self.sink(records)
         except Exception as exc:  # a full disk or a locked database must not change what Nix did
-            self.warn(f"cannot record {fields['derivation_path']}: {exc}")
+            what = records[0].derivation_path if len(records) == 1 else f"{len(records)} builds"
+            self.warn(f"cannot record {what}: {exc}")
 
     def _common(self, build: LocalBuild, drv: nix.Derivation) -> dict[str, Any]:
         return {
@@ -385,7 +392,7 @@ class Recorder:
     def _record_running(self, build: LocalBuild) -> None:
         drv = self._derivation(build)
         if drv is not None:
-            self._emit(
+            record = self._record(
                 **self._common(build, drv),
                 duration_seconds=None,
                 build_status=BuildStatus.running,
@@ -395,6 +402,7 @@ class Recorder:
                 peak_memory_use_kilobytes=None,
                 outputs=[],
             )
+            self._deliver([record] if record is not None else [])
 
     def _status(self, build: LocalBuild, drv: nix.Derivation, valid: bool) -> tuple[BuildStatus, str | None]:
         for finding in self.findings:
@@ -436,11 +444,16 @@ class Recorder:
         peak = None
         if alone and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):
             peak = usage.maxrss_kb  # far larger than Nix itself was: the builder's
+        records: list[BuildRecord] = []
         for build in builds:
             try:
-                self._finish_build(build, exit_time, cpu.get(build.activity), peak)
+                record = self._finish_build(build, exit_time, cpu.get(build.activity), peak)
             except Exception as exc:
                 self.warn(f"cannot record {build.drv_path}: {exc!r}")
+                continue
+            if record is not None:
+                records.append(record)
+        self._deliver(records)  # the final records of the run together: one spool file, one transaction
 
     def _cpu_per_build(self, builds: list[LocalBuild], usage: Usage) -> dict[int, float]:
         """CPU seconds of each build, by activity, where the builds ran one at a time in this process tree."""
@@ -455,10 +468,12 @@ class Recorder:
         marks = [b.cpu_at_start or 0.0 for b in builds] + [usage.children_cpu_seconds]
         return {b.activity: max(0.0, marks[i + 1] - marks[i]) for i, b in enumerate(builds)}
 
-    def _finish_build(self, build: LocalBuild, exit_time: float, cpu: float | None, peak: int | None) -> None:
+    def _finish_build(
+        self, build: LocalBuild, exit_time: float, cpu: float | None, peak: int | None
+    ) -> BuildRecord | None:
         drv = self._derivation(build)
         if drv is None:
-            return
+            return None
         try:
             outputs = nix.build_outputs(drv)
         except nix.NixError as exc:
@@ -470,7 +485,7 @@ class Recorder:
         log = nix.read_build_log(build.drv_path)
         if log is None and build.lines:
             log = "\n".join(build.lines) + "\n"
-        self._emit(
+        return self._record(
             **self._common(build, drv),
             duration_seconds=round(duration, 6),
             build_status=status,
@@ -481,8 +496,20 @@ class Recorder:
             else None,
             peak_memory_use_kilobytes=peak,
             outputs=outputs if status == BuildStatus.built else [],
-            log=log,
+            log=log_tail(log),
         )
+
+
+def log_tail(log: str | None, limit: int = LOG_MAX_BYTES) -> str | None:
+    """The log, or its last `limit` bytes (whole lines) after a line that says how much was left out."""
+    if log is None:
+        return None
+    raw = log.encode()
+    if len(raw) <= limit:
+        return log
+    kept = raw[-limit:]
+    kept = kept[kept.find(b"\n") + 1 :] if b"\n" in kept else kept
+    return f"[{len(raw) - len(kept)} earlier bytes of this log are not kept]\n" + kept.decode(errors="replace")
 
 
 def exit_like(returncode: int) -> int:
