@@ -24,7 +24,7 @@ from buildreport.models import (
     BuildStatus,
     BuildSummary,
     BuildURL,
-    InvalidRecord,
+    InvalidRecordsProblem,
     Problem,
     Usage,
     WriteResult,
@@ -109,11 +109,11 @@ _STATUSES = {
 }
 
 
-def _errors(*codes: int) -> dict[int, ResponseSpec]:
+def _errors(*codes: int, scope: str = READ_SCOPE) -> dict[int, ResponseSpec]:
     described = {
         400: "Invalid parameters; `invalid_params` names each.",
         401: "Missing, unknown, expired or revoked token.",
-        403: "The token lacks the build:read scope.",
+        403: f"The token lacks the {scope} scope.",
         404: "No such build for this account.",
         413: "The body, inflated, or its number of records is over the limit.",
         415: "The body is neither application/json nor application/x-ndjson, or not gzip-encoded.",
@@ -304,13 +304,6 @@ async def get_usage(
     return json_response(request, _ENCODE(usage))
 
 
-class InvalidRecordsProblem(Problem):
-    """The 400 of `POST /builds`: every bad record, by its 0-based position in the request."""
-
-    invalid_records: list[InvalidRecord] | None = None
-    invalid_record_count: int | None = None
-
-
 def _documented_body(data: list[BuildRecord]) -> None:
     """Never called: it puts the record type of `POST /builds` into the OpenAPI document, while the handler
     reads the body itself, to bound its size and to report every bad record rather than the first."""
@@ -347,7 +340,7 @@ class _RecordsOperation(Operation):
             media_type="application/problem+json",
             generate_examples=False,
         ),
-        **_errors(401, 403, 413, 415, 429),
+        **_errors(401, 403, 413, 415, 429, scope=WRITE_SCOPE),
     },
 )
 async def write_builds(request: Request[Any, Any, Any]) -> Response[bytes]:

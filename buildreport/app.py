@@ -101,7 +101,8 @@ def _openapi() -> OpenAPIConfig:
     return OpenAPIConfig(
         title="buildreport",
         version=__version__,
-        description="Read-only reports on remote Nix builds: builds, summaries, signed links and usage.",
+        description="Reports on remote Nix builds: builds, summaries, signed links and usage; "
+        "builds sent by build runners.",
         path="/docs",
         # Served from here, nothing from elsewhere: a page rendered on the server and the exact JSON document.
         render_plugins=[DocsPagePlugin(), ExactJsonPlugin()],

@@ -108,7 +108,7 @@ def _check_public_url(ctx: click.Context, param: click.Parameter, value: str | N
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="buildreport")
 def main() -> None:
-    """buildreport: reports on remote Nix builds over a read-only JSON API."""
+    """buildreport: reports on remote Nix builds over a JSON API."""
 
 
 # --- serve ---------------------------------------------------------------------------------
@@ -798,3 +798,48 @@ def record(
         if isinstance(sink, DatabaseSink):
             sink.close()
     sys.exit(exit_like(returncode))
+
+
+# --- runner --------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--spool",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="BUILDREPORT_SPOOL",
+    help="Spool folder for build records (pushed by `buildreport push --follow`). Env: BUILDREPORT_SPOOL.",
+)
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="Write builds to this database instead.")
+@click.option("--account", help="The account builds belong to, with --db.")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the runner's log and restart links [default: SPOOL/.runner, or DB.runner beside --db].",
+)
+@click.option("--timeout", type=click.IntRange(1), help="Seconds a build may run before Nix stops it (timeout).")
+@click.option("--cpu-count", type=click.IntRange(1), help="Cores a build gets, as recorded [default: this machine's].")
+@click.option(
+    "--allocated-megabytes", type=click.IntRange(0), help="Memory a build gets, as recorded [default: this machine's]."
+)
+@click.option("--nix-daemon", default="nix-daemon", show_default=True, help="The nix-daemon program.")
+@click.option(
+    "--nix-option", "nix_options", nargs=2, multiple=True, metavar="NAME VALUE", help="A Nix setting for the daemon."
+)
+@click.option("--cgroup/--no-cgroup", default=True, show_default=True, help="Measure CPU with a cgroup v2 per session.")
+@click.option("--check", "check_only", is_flag=True, help="Check the set-up, say what is missing, and exit.")
+def runner(check_only: bool, **kwargs: object) -> None:
+    """Serve one ssh-ng:// session (the forced command of an authorized_keys entry) and record its builds."""
+    import msgspec
+
+    from buildreport.models import AccountName
+    from buildreport.record.cli import run_runner
+
+    if (kwargs["spool"] is None) == (kwargs["db"] is None):
+        raise click.UsageError("give either --spool DIR or --db PATH --account NAME")
+    if kwargs["db"] is not None:
+        try:
+            msgspec.convert(kwargs["account"], AccountName)
+        except msgspec.ValidationError as exc:
+            raise click.UsageError("--db needs --account NAME (lower-case letters, digits, '.', '_', '-')") from exc
+    sys.exit(run_runner(check_only=check_only, **kwargs))

@@ -262,3 +262,10 @@ class Problem(msgspec.Struct, omit_defaults=True):
     detail: str
     invalid_params: list[InvalidParam] | None = None
     more_invalid_params: int | None = None  # bad parameters beyond those `invalid_params` lists
+
+
+class InvalidRecordsProblem(Problem):
+    """The 400 of `POST /builds`: every bad record, by its 0-based position in the request."""
+
+    invalid_records: list[InvalidRecord] | None = None
+    invalid_record_count: int | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import itertools
+import json
 import os
 import re
 import shlex
@@ -282,12 +283,12 @@ def test_version(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [[], ["serve"], ["demo"], ["import"], ["token"], ["token", "create"],
-                                     ["token", "list"], ["token", "revoke"], ["sample"]])
+                                     ["token", "list"], ["token", "revoke"], ["sample"], ["push"]])
 def test_help(tmp_path: Path, command: list[str]) -> None:
     result = ok(tmp_path, *command, "--help")
     assert "Usage: buildreport" in result.stdout
     if not command:
-        for name in ("serve", "demo", "import", "token", "sample"):
+        for name in ("serve", "demo", "import", "token", "sample", "push"):
             assert re.search(rf"^\s+{name}\s", result.stdout, re.M), result.stdout
 
 
@@ -339,6 +340,23 @@ def test_token_create_list_revoke(tmp_path: Path) -> None:
 
 
 # --- serving: every endpoint, the signed page, a clean stop ------------------------------------------
+
+
+def test_push_a_spool_to_the_service(tmp_path: Path, servers: list[Server]) -> None:
+    db = tmp_path / "push.db"
+    secret = ok(tmp_path, "token", "create", "--db", str(db), "--account", "acme", "--scope", "build:write").stdout
+    server = start(servers, tmp_path, "serve", "--db", str(db), "--workers", "1")
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    records = []
+    for number, original in enumerate(three_records()):
+        del original["account"], original["build_id"]
+        records.append({**original, "source_id": f"smoke:{number}"})
+    (spool / "00000000000000000001-1-abcd.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    pushed = ok(tmp_path, "push", "--to", server.url, "--token", secret.strip(), str(spool))
+    assert "pushed 3 records from 1 files (3 new" in pushed.stderr, pushed.stderr
+    assert list(spool.iterdir()) == []
+    stop_cleanly(server)
 
 
 def test_serve_every_endpoint(tmp_path: Path, servers: list[Server]) -> None:

@@ -79,8 +79,12 @@ def test_records_of_one_build_in_one_request_apply_in_order(conn):
     result = write_records(
         conn,
         ACME,
-        records(write_record("r:1", build_status="pending"), write_record("r:1", build_status="running"),
-                write_record("r:1", build_status="built"), write_record("r:1", build_status="running")),
+        records(
+            write_record("r:1", build_status="pending"),
+            write_record("r:1", build_status="running"),
+            write_record("r:1", build_status="built"),
+            write_record("r:1", build_status="running"),
+        ),
         0,
     )
     assert (result.created, result.updated, result.unchanged, result.build_ids) == (1, 2, 1, [1, 1, 1, 1])
@@ -143,3 +147,17 @@ def test_restart_of_another_accounts_source_is_unknown(conn):
     write_records(conn, GLOBEX, records(write_record("r:1")), 0)
     with pytest.raises(WriteConflicts):
         write_records(conn, ACME, records(write_record("r:2", restart_of_source_id="r:1")), 0)
+
+
+def test_a_build_named_by_id_and_by_source_in_one_request_is_written_in_order(conn):
+    write_records(conn, ACME, records(write_record("r:1", build_status="running")), 0)
+    result = write_records(
+        conn,
+        ACME,
+        records(write_record(build_id=1, build_status="build_failed", cpu_seconds=5), write_record("r:1")),
+        0,
+    )
+    assert (result.updated, result.build_ids) == (2, [1, 1])
+    assert stored(conn) == [(1, ACME, "r:1", "built")]
+    hourly = conn.execute("SELECT status, builds FROM hourly_totals").fetchall()
+    assert hourly == [("built", 1)]

@@ -199,6 +199,8 @@ class BuildWriter:
         self._next_id = 0
         self._hours: set[tuple[int, int]] = set()
         self._days: set[tuple[int, int]] = set()
+        self._hours_per_account: dict[int, int] = {}
+        self._full: set[int] = set()  # accounts whose totals are recomputed rather than kept by differences
         self._hour_deltas: dict[tuple[int, int, str], HourDelta] = {}
         self._usage_deltas: dict[tuple[int, int], list[int]] = {}
         self.stats = WriteStats()
@@ -235,10 +237,7 @@ class BuildWriter:
         """Write what is batched and bring the totals of every touched hour and day in step: by differences,
         or, for an account whose builds spread over many hours (a large import), in one pass over its builds."""
         self.flush()
-        hours_of: dict[int, int] = {}
-        for account_id, _ in self._hours:
-            hours_of[account_id] = hours_of.get(account_id, 0) + 1
-        full = {account_id for account_id, n in hours_of.items() if n > FULL_RECOMPUTE_THRESHOLD}
+        full = self._full
         if full:
             hours = {key for key in self._hours if key[0] in full}
             recompute_totals(self._conn, HOURLY, hours)
@@ -252,7 +251,12 @@ class BuildWriter:
                 self._conflict(location, field, "the account's total would reach 2^62; sums over it could overflow")
 
     def _touch(self, account_id: int, create_us: int, stop_us: int | None) -> None:
-        self._hours.add((account_id, hour_of(create_us)))
+        hour = (account_id, hour_of(create_us))
+        if hour not in self._hours:
+            self._hours.add(hour)
+            count = self._hours_per_account[account_id] = self._hours_per_account.get(account_id, 0) + 1
+            if count > FULL_RECOMPUTE_THRESHOLD:
+                self._full.add(account_id)  # from now on its totals are recomputed in one pass at the end
         if stop_us is not None:
             self._days.add((account_id, day_of(stop_us)))
 
@@ -270,6 +274,8 @@ class BuildWriter:
     ) -> None:
         """Add (sign 1) or take away (sign -1) one build's share of the kept totals."""
         self._touch(account_id, create_us, stop_us)
+        if account_id in self._full:
+            return
         key = (account_id, hour_of(create_us), status)
         delta = self._hour_deltas.get(key)
         if delta is None:
@@ -352,6 +358,17 @@ class BuildWriter:
         if self.build_ids is not None:
             ok = {id(item) for item in items}
             self.build_ids += [item.build_id if id(item) in ok else None for item in batch]
+        # One record named a build by its id, another by its source id: each applies after the one before.
+        start, seen = 0, set()
+        for index, item in enumerate(items):
+            if item.build_id in seen:
+                self._write_items(items[start:index])
+                start, seen = index, set()
+            seen.add(item.build_id)
+        self._write_items(items[start:])
+
+    def _write_items(self, items: list[_Item]) -> None:
+        """Write records of distinct builds."""
         existing = self._existing([item.build_id for item in items])
         rows: list[_Row] = []
         for item in items:
