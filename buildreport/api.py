@@ -238,10 +238,12 @@ async def get_usage(
 
 
 def api_router(rate_limit: int) -> Router:
+    from buildreport.insights_api import insight_handlers  # it builds on this module's helpers
+
     limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
     return Router(
         path="/",
-        route_handlers=[list_builds, summarize_builds, get_build, get_build_url, get_usage],
+        route_handlers=[list_builds, summarize_builds, get_build, get_build_url, get_usage, *insight_handlers()],
         middleware=[AuthMiddleware("reader", limiter)],
         opt={"scope": READ_SCOPE},
         tags=["builds"],

@@ -502,6 +502,9 @@ PARAMETERS = {
     "/builds/{build_id}": {"build_id"},
     "/builds/{build_id}/url": {"build_id", "ttl_seconds"},
     "/usage": {"from", "to"},
+    "/builds/stats": {"tags", "create_time_from", "create_time_to", "status", "group_by", "limit"},
+    "/usage/breakdown": {"from", "to", "group_by"},
+    "/builds/export": {"tags", "create_time_from", "create_time_to", "status", "derivation_path", "format"},
 }
 
 

@@ -1,0 +1,73 @@
+"""Read queries behind the insights: per-build rows for statistics, usage by group, export pages.
+
+Like queries.py, SQL is built only from the shape of a request, never from its text. Times and
+durations come from the stored JSON as the client sent them (`->` yields a number's own text), so
+percentiles repeat the exact values a client reads from /builds.
+"""
+
+from __future__ import annotations
+
+from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
+from buildreport.models import BILLABLE
+from buildreport.store.queries import Query, _filter_sql, _ordered, in_list
+
+# The value each grouping needs beside a build's figures; time groupings use its creation time.
+_GROUP_COLUMNS = {
+    "day": "NULL",
+    "hour": "NULL",
+    "system": "b.body ->> '$.system'",
+    "status": "b.status",
+    "derivation": "b.derivation_path",
+    "derivation_path": "b.derivation_path",
+    "tag": "b.body -> '$.tags'",
+}
+
+
+def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy) -> Query:
+    """One row per matching build: create time, status, CPU seconds, duration and queue time as JSON text,
+    and the value it is grouped by."""
+    source, where, params = _filter_sql(account_id, build_filter, "b")
+    sql = (
+        f"SELECT b.create_us, b.status, b.cpu_seconds, b.body -> '$.duration_seconds',"
+        f" b.body -> '$.queue_time_seconds', {_GROUP_COLUMNS[group_by.kind]} FROM {source} WHERE {where}"
+    )
+    return sql, params
+
+
+def _stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:
+    where = f"b.account_id = ? AND b.stop_us IS NOT NULL AND b.stop_us >= ? AND b.status IN {in_list(BILLABLE)}"
+    params: list[object] = [query.from_us]
+    if query.to_us is not None:
+        where += " AND b.stop_us < ?"
+        params.append(query.to_us)
+    return where, params
+
+
+def usage_by_day(account_id: int, query: UsageQuery) -> Query:
+    """(day start, CPU seconds, builds) for each day with billable builds, ascending."""
+    sql = "SELECT day_us, cpu_seconds, builds FROM daily_usage WHERE account_id = ? AND day_us >= ?"
+    params: list[object] = [account_id, query.from_us]
+    if query.to_us is not None:
+        sql += " AND day_us < ?"
+        params.append(query.to_us)
+    return sql + " ORDER BY day_us", params
+
+
+def usage_by_system(account_id: int, query: UsageQuery) -> Query:
+    """(system, CPU seconds, builds) of the billable builds that stopped in range."""
+    where, params = _stopped_billable(query)
+    sql = f"SELECT b.body ->> '$.system', sum(b.cpu_seconds), count(*) FROM builds b WHERE {where} GROUP BY 1"
+    return sql, [account_id, *params]
+
+
+def usage_tags(account_id: int, query: UsageQuery) -> Query:
+    """(tags as JSON, CPU seconds) of each billable build that stopped in range."""
+    where, params = _stopped_billable(query)
+    return f"SELECT b.body -> '$.tags', b.cpu_seconds FROM builds b WHERE {where}", [account_id, *params]
+
+
+def export_page(account_id: int, build_filter: BuildFilter, cursor: Cursor | None, size: int) -> Query:
+    """The next `size` builds in list order after `cursor`: (create time, build id, JSON) each."""
+    source, where, params, order = _ordered(account_id, ListQuery(filter=build_filter, cursor=cursor))
+    keys = "t.create_us, t.build_id" if build_filter.tags else "b.create_us, b.build_id"
+    return f"SELECT {keys}, b.body FROM {source} WHERE {where} ORDER BY {order} LIMIT ?", [*params, size]
