@@ -1,4 +1,4 @@
-"""The command line: serve, demo, import, token, sample."""
+"""The command line: serve, demo, import, token, sample, export."""
 
 from __future__ import annotations
 
@@ -373,3 +373,8 @@ def demo(db: str | None, **kwargs: object) -> None:
     click.echo("\n".join(lines))
     sys.stdout.flush()
     run_server(settings)
+
+
+from buildreport.export import export_command  # noqa: E402 (a command of its own module)
+
+main.add_command(export_command)

@@ -7,6 +7,9 @@ percentiles repeat the exact values a client reads from /builds.
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BILLABLE
 from buildreport.store.queries import Query, _filter_sql, _ordered, in_list
@@ -71,3 +74,27 @@ def export_page(account_id: int, build_filter: BuildFilter, cursor: Cursor | Non
     source, where, params, order = _ordered(account_id, ListQuery(filter=build_filter, cursor=cursor))
     keys = "t.create_us, t.build_id" if build_filter.tags else "b.create_us, b.build_id"
     return f"SELECT {keys}, b.body FROM {source} WHERE {where} ORDER BY {order} LIMIT ?", [*params, size]
+
+
+def iter_export_pages(
+    conn: sqlite3.Connection, account_id: int, build_filter: BuildFilter, size: int = 2_000
+) -> Iterator[list[bytes]]:
+    """Synchronous twin of Reader.export_pages, for the command line; the reads share one transaction so
+    the export is one consistent picture of the database."""
+    cursor: Cursor | None = None
+    conn.execute("BEGIN")
+    try:
+        while True:
+            rows = conn.execute(*export_page(account_id, build_filter, cursor, size)).fetchall()
+            if rows:
+                yield [row[2] for row in rows]
+            if len(rows) < size:
+                return
+            cursor = Cursor(create_us=rows[-1][0], build_id=rows[-1][1])
+    finally:
+        conn.execute("ROLLBACK")
+
+
+def account_id(conn: sqlite3.Connection, name: str) -> int | None:
+    row = conn.execute("SELECT account_id FROM accounts WHERE name = ?", (name,)).fetchone()
+    return row[0] if row else None
