@@ -23,7 +23,7 @@ from buildreport.config import Settings, load_secret_keys
 from buildreport.envelope import Envelope, request_id
 from buildreport.errors import Problem
 from buildreport.models import Health
-from buildreport.signing import LinkSigner
+from buildreport.signing import DashboardSigner, LinkSigner
 from buildreport.store.reader import Reader
 from buildreport.store.schema import open_database
 
@@ -97,7 +97,8 @@ def _openapi() -> OpenAPIConfig:
 
 def create_litestar(settings: Settings) -> Litestar:
     open_database(settings.db).close()  # creates or migrates before any request
-    signer = LinkSigner(load_secret_keys(settings))
+    keys = load_secret_keys(settings)
+    signer = LinkSigner(keys)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -107,10 +108,11 @@ def create_litestar(settings: Settings) -> Litestar:
         finally:
             await app.state.reader.close()
 
+    from buildreport.dashboard import dashboard_router
     from buildreport.web import web_router  # the signed page is a second face over the same reader
 
     return Litestar(
-        route_handlers=[api_router(settings.rate_limit), web_router(), healthz, favicon],
+        route_handlers=[api_router(settings.rate_limit), web_router(), dashboard_router(), healthz, favicon],
         lifespan=[lifespan],
         plugins=[
             ProblemDetailsPlugin(
@@ -121,7 +123,7 @@ def create_litestar(settings: Settings) -> Litestar:
         ],
         exception_handlers={Exception: _internal_problem},
         openapi_config=_openapi(),
-        state=State({"settings": settings, "signer": signer}),
+        state=State({"settings": settings, "signer": signer, "dashboard_signer": DashboardSigner(keys)}),
         logging_config=None,
         debug=False,
     )

@@ -350,3 +350,26 @@ def parse_export_query(pairs: Pairs, now_us: int) -> ExportQuery:
         params.fail("format", f"{export_format!r} is not an export format; allowed: {', '.join(EXPORT_FORMATS)}")
     params.raise_if_failed()
     return ExportQuery(filter=build_filter, format=export_format)
+
+
+# --- the dashboard page --------------------------------------------------------------------------
+
+DASHBOARD_WINDOWS = {"24h": US_PER_DAY, "7d": 7 * US_PER_DAY, "30d": 30 * US_PER_DAY, "90d": 90 * US_PER_DAY}
+DEFAULT_DASHBOARD_WINDOW = "7d"
+
+
+class DashboardQuery(msgspec.Struct, frozen=True):
+    window: str = DEFAULT_DASHBOARD_WINDOW
+    tags: tuple[tuple[str, str], ...] = ()
+
+
+def parse_dashboard_query(pairs: Pairs) -> DashboardQuery:
+    """Parameters of the dashboard page: `window` (24h, 7d, 30d, 90d) and `tags` as in /builds."""
+    params = _Params(pairs, ("window", "tags"), ("tags",))
+    window = params.single("window") or DEFAULT_DASHBOARD_WINDOW
+    if window not in DASHBOARD_WINDOWS:
+        params.fail("window", f"{window!r} is not a window; allowed: {', '.join(DASHBOARD_WINDOWS)}")
+    tags = _parse_tags(params)
+    params.raise_if_failed()
+    return DashboardQuery(window=window, tags=tags)
+

@@ -143,4 +143,6 @@ async def export_builds(
 
 
 def insight_handlers() -> list[HTTPRouteHandler]:
-    return [build_stats, usage_breakdown, export_builds]
+    from buildreport.dashboard import get_dashboard_url  # the page's link, beside the page's code
+
+    return [build_stats, usage_breakdown, export_builds, get_dashboard_url]

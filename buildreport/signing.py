@@ -35,3 +35,30 @@ class LinkSigner:
             return msgspec.convert(payload, LinkClaims)
         except (BadSignature, msgspec.ValidationError, TypeError):
             return None
+
+
+# A different salt: a build link never opens a dashboard, and a dashboard link never opens a build.
+DASHBOARD_SALT = "buildreport.dashboard.v1"
+
+
+class DashboardClaims(msgspec.Struct, frozen=True, array_like=True):
+    account_id: int
+    expires_us: int
+
+
+class DashboardSigner:
+    """Signs links to an account's dashboard page with the same keys and rotation as build links."""
+
+    def __init__(self, secret_keys: tuple[str, ...]) -> None:
+        if not secret_keys:
+            raise ValueError("at least one signing key is needed")
+        self._serializer = URLSafeSerializer(list(secret_keys), salt=DASHBOARD_SALT)
+
+    def link_url(self, base_url: str, claims: DashboardClaims) -> str:
+        return f"{base_url}/d/{self._serializer.dumps(msgspec.to_builtins(claims))}"
+
+    def verify(self, token: str) -> DashboardClaims | None:
+        try:
+            return msgspec.convert(self._serializer.loads(token), DashboardClaims)
+        except (BadSignature, msgspec.ValidationError, TypeError):
+            return None

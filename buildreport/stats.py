@@ -120,7 +120,7 @@ def build_stats(rows: Iterable[tuple], query: StatsQuery) -> list[BuildStatsGrou
     group_by = query.group_by
     groups: dict[object, _Group] = {}
     period = _PERIODS.get(group_by.kind)
-    for create_us, status, cpu, duration, queue, value in rows:
+    for create_us, status, cpu, duration, queue, value, _ in rows:
         if period is not None:
             key: object = create_us - create_us % period
         else:

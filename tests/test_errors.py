@@ -505,6 +505,7 @@ PARAMETERS = {
     "/builds/stats": {"tags", "create_time_from", "create_time_to", "status", "group_by", "limit"},
     "/usage/breakdown": {"from", "to", "group_by"},
     "/builds/export": {"tags", "create_time_from", "create_time_to", "status", "derivation_path", "format"},
+    "/dashboard/url": {"ttl_seconds"},
 }
 
 

@@ -98,12 +98,15 @@ def plain_group(key: str, builds: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def plain_stats(low: int, high: int | None, statuses: list[str], tag: tuple[str, str] | None, group_by: str,
-                limit: int, now: int) -> list[dict[str, Any]]:
+def plain_stats(
+    low: int, high: int | None, statuses: list[str], tag: tuple[str, str] | None, group_by: str, limit: int, now: int
+) -> list[dict[str, Any]]:
     chosen = [
-        r for r in RECORDS
+        r
+        for r in RECORDS
         if r["account"] == "acme"
-        and low <= us(r["create_time"]) and (high is None or us(r["create_time"]) < high)
+        and low <= us(r["create_time"])
+        and (high is None or us(r["create_time"]) < high)
         and (not statuses or r["build_status"] in statuses)
         and (tag is None or r["tags"].get(tag[0]) == tag[1])
     ]

@@ -28,11 +28,11 @@ _GROUP_COLUMNS = {
 
 def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy) -> Query:
     """One row per matching build: create time, status, CPU seconds, duration and queue time as JSON text,
-    and the value it is grouped by."""
+    the value it is grouped by, and its id."""
     source, where, params = _filter_sql(account_id, build_filter, "b")
     sql = (
         f"SELECT b.create_us, b.status, b.cpu_seconds, b.body -> '$.duration_seconds',"
-        f" b.body -> '$.queue_time_seconds', {_GROUP_COLUMNS[group_by.kind]} FROM {source} WHERE {where}"
+        f" b.body -> '$.queue_time_seconds', {_GROUP_COLUMNS[group_by.kind]}, b.build_id FROM {source} WHERE {where}"
     )
     return sql, params
 
