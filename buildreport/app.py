@@ -109,11 +109,16 @@ def create_litestar(settings: Settings) -> Litestar:
             await app.state.reader.close()
 
     from buildreport.dashboard import dashboard_router
+    from buildreport.metrics import metrics_router, prometheus_config, worker_stopped
     from buildreport.web import web_router  # the signed page is a second face over the same reader
 
     return Litestar(
-        route_handlers=[api_router(settings.rate_limit), web_router(), dashboard_router(), healthz, favicon],
+        route_handlers=[
+            api_router(settings.rate_limit), web_router(), dashboard_router(), metrics_router(), healthz, favicon
+        ],
+        middleware=[prometheus_config().middleware],
         lifespan=[lifespan],
+        on_shutdown=[worker_stopped],
         plugins=[
             ProblemDetailsPlugin(
                 ProblemDetailsConfig(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -84,6 +86,13 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             envvar="BUILDREPORT_WORKERS",
         ),
         click.option("--access-log/--no-access-log", default=True, show_default=True),
+        click.option(
+            "--metrics-loopback/--no-metrics-loopback",
+            default=False,
+            show_default=True,
+            envvar="BUILDREPORT_METRICS_LOOPBACK",
+            help="Serve /metrics to loopback clients without a token (otherwise a metrics:read token).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -118,13 +127,29 @@ def run_server(settings: Settings) -> None:
     configure_logging()
     # No websocket routes: uvicorn need not load a websocket implementation.
     common = {"host": settings.host, "port": settings.port, "access_log": False, "log_config": None, "ws": "none"}
-    if settings.workers > 1:
-        os.environ[SETTINGS_ENV] = to_env(settings)
-        uvicorn.run("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
-    else:
-        from buildreport.app import create_app
+    with metrics_folder():
+        if settings.workers > 1:
+            os.environ[SETTINGS_ENV] = to_env(settings)
+            uvicorn.run("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
+        else:
+            from buildreport.app import create_app
 
-        uvicorn.run(create_app(settings), **common)
+            uvicorn.run(create_app(settings), **common)
+
+
+@contextlib.contextmanager
+def metrics_folder() -> Iterator[None]:
+    """A fresh folder where every worker writes its Prometheus samples (set before prometheus_client is
+    imported, which reads it once), removed when the server stops. One the environment names is kept."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="buildreport-metrics-") as folder:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+        try:
+            yield
+        finally:
+            del os.environ["PROMETHEUS_MULTIPROC_DIR"]
 
 
 @main.command()

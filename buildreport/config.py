@@ -22,6 +22,7 @@ class Settings(msgspec.Struct, frozen=True):
     rate_limit: int = DEFAULT_RATE_LIMIT
     workers: int = 1
     access_log: bool = True
+    metrics_loopback: bool = False  # /metrics answers loopback clients without a token
 
     @property
     def base_url(self) -> str:

@@ -84,3 +84,15 @@ def test_export_pages_need_no_sort_step(conn):
         sql, params = stats_queries.export_page(1, f, Cursor(5, 6), 2000)
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
         assert not any("TEMP B-TREE" in step for step in plan), f"{name}: {plan}"
+
+
+@pytest.mark.parametrize(
+    "query", [stats_queries.account_totals_since(1), stats_queries.account_build_counts()], ids=["last day", "stored"]
+)
+def test_metrics_walk_only_the_accounts_and_read_totals_by_key(conn, query):
+    """/metrics answers one row per account, so it lists the accounts; each one's figures come by their key."""
+    sql, params = query
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    scans = [step for step in plan if step.startswith("SCAN")]
+    assert all(step.startswith("SCAN a") for step in scans), plan
+    assert any(step.startswith("SEARCH") and "PRIMARY KEY" in step for step in plan), plan

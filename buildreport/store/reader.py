@@ -197,6 +197,13 @@ class Reader:
                 return
             cursor = Cursor(create_us=rows[-1][0], build_id=rows[-1][1])
 
+    async def account_figures(self, since_us: int) -> tuple[list[tuple], list[tuple]]:
+        """For /metrics: per account and status the builds and CPU seconds since `since_us` (whole hours),
+        and per account the builds stored."""
+        recent = await self._rows(stats_queries.account_totals_since(since_us))
+        stored = await self._rows(stats_queries.account_build_counts())
+        return recent, stored
+
 
 def _least(values: list[int | None]) -> int | None:
     present = [v for v in values if v is not None]

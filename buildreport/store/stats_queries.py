@@ -98,3 +98,26 @@ def iter_export_pages(
 def account_id(conn: sqlite3.Connection, name: str) -> int | None:
     row = conn.execute("SELECT account_id FROM accounts WHERE name = ?", (name,)).fetchone()
     return row[0] if row else None
+
+
+# --- /metrics ----------------------------------------------------------------------------------------
+# One row per account: listing every account is the point of these two, so `accounts` is walked whole
+# (it holds one short row an account); each account's figures are then read by their primary key.
+
+
+def account_totals_since(since_us: int) -> Query:
+    """(account, status, builds, CPU seconds) of the builds created in the hours from `since_us` on."""
+    return (
+        "SELECT a.name, h.status, sum(h.builds), sum(h.cpu_seconds) FROM accounts a"
+        " JOIN hourly_totals h ON h.account_id = a.account_id AND h.period_us >= ? GROUP BY a.name, h.status",
+        [since_us],
+    )
+
+
+def account_build_counts() -> Query:
+    """(account, builds stored) for every account."""
+    return (
+        "SELECT a.name, sum(d.builds) FROM accounts a JOIN daily_totals d ON d.account_id = a.account_id"
+        " GROUP BY a.name",
+        [],
+    )
