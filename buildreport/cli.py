@@ -127,20 +127,20 @@ def run_server(settings: Settings) -> None:
     configure_logging()
     # No websocket routes: uvicorn need not load a websocket implementation.
     common = {"host": settings.host, "port": settings.port, "access_log": False, "log_config": None, "ws": "none"}
-    with metrics_folder():
-        if settings.workers > 1:
-            os.environ[SETTINGS_ENV] = to_env(settings)
+    if settings.workers > 1:
+        os.environ[SETTINGS_ENV] = to_env(settings)
+        with metrics_folder():
             uvicorn.run("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
-        else:
-            from buildreport.app import create_app
+    else:
+        from buildreport.app import create_app  # one process: its own metrics registry holds everything
 
-            uvicorn.run(create_app(settings), **common)
+        uvicorn.run(create_app(settings), **common)
 
 
 @contextlib.contextmanager
 def metrics_folder() -> Iterator[None]:
-    """A fresh folder where every worker writes its Prometheus samples (set before prometheus_client is
-    imported, which reads it once), removed when the server stops. One the environment names is kept."""
+    """A fresh folder where every worker writes its Prometheus samples (set before the workers import
+    prometheus_client, which reads it once), removed when the server stops. One the environment names is kept."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         yield
         return

@@ -2,7 +2,7 @@
 
 Request counts and latencies by route come from Litestar's Prometheus middleware (route templates, so a
 signed link never becomes a label). `buildreport serve` points PROMETHEUS_MULTIPROC_DIR at a temporary
-folder before any worker starts, so each worker writes its samples there and a scrape of any worker
+folder before its workers start, so each worker writes its samples there and a scrape of any worker
 adds them all up. Per-account figures and the database's size are read from the database at scrape time.
 
 Open to a token with the `metrics:read` scope, or, with `serve --metrics-loopback`, to loopback clients.

@@ -149,12 +149,16 @@ def test_metrics_across_two_workers_add_up(env, serve, tmp_path):
     assert not folders[0].exists()  # the samples folder goes with the server
 
 
-def test_loopback_reads_metrics_without_a_token_only_when_configured(env, serve):
+def test_loopback_reads_metrics_without_a_token_only_when_configured(env, serve, tmp_path):
     env.load(RECORDS[:5])
     closed = serve(env.db, "--no-access-log")
     assert httpx.get(closed.url + "/metrics", timeout=10).status_code == 401
-    opened = serve(env.db, "--no-access-log", "--metrics-loopback")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    opened = serve(env.db, "--no-access-log", "--metrics-loopback", env={"TMPDIR": str(scratch)})
     response = httpx.get(opened.url + "/metrics", timeout=10)
     assert response.status_code == 200
     assert "buildreport_builds_stored" in response.text
     assert os.environ.get("PROMETHEUS_MULTIPROC_DIR") is None
+    opened.stop()
+    assert list(scratch.iterdir()) == []  # one process keeps its samples in memory, nothing on disk
