@@ -23,7 +23,7 @@ from buildreport.errors import Problem
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
-from buildreport.stats import build_stats, derivation_name, status_kind
+from buildreport.stats import Newest, build_stats, build_stats_with_newest, derivation_name, status_kind
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_DAY, US_PER_SECOND, from_us, month_start_us, now_us
 from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view
@@ -31,7 +31,6 @@ from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view
 WINDOW_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "90d": "90 days"}
 TOP = 10  # rows in each derivation table
 RUNNING_LOOKBACK_US = 7 * US_PER_DAY
-_FAILED = frozenset(s.value for s in FAILED)
 _BUILDS = msgspec.json.Decoder(list[Build])
 
 
@@ -95,19 +94,6 @@ class Totals:
     cpu_hours: float
 
 
-def _latest_by(rows: Sequence[tuple], key_of: Any, only_failed: bool = False) -> dict[str, tuple]:
-    """The newest row of each key (the builds a table links to)."""
-    latest: dict[str, tuple] = {}
-    for row in rows:
-        if only_failed and row[1] not in _FAILED:
-            continue
-        key = key_of(row[5])
-        held = latest.get(key)
-        if held is None or (row[0], row[6]) > (held[0], held[6]):
-            latest[key] = row
-    return latest
-
-
 class _Links:
     """Signed build links that live exactly as long as the dashboard link that shows them."""
 
@@ -120,10 +106,9 @@ class _Links:
         url = self._signer.link_url(self._base, LinkClaims(self._claims.account_id, build_id, self._claims.expires_us))
         return BuildLink(build_id, url, derivation_name(derivation_path), status_view(BuildStatus(status)), create_us)
 
-    def build(self, row: tuple) -> BuildLink:
-        """A link to the build of a row of `stats_rows`."""
-        create_us, status, _, _, _, path, build_id = row
-        return self.to(build_id, path, status, create_us)
+    def newest(self, newest: Newest) -> BuildLink:
+        """A link to a group's newest build, whose row's value is its derivation path."""
+        return self.to(newest.build_id, newest.value, newest.status, newest.create_us)
 
 
 def _totals(groups: Sequence[BuildStatsGroup]) -> Totals:
@@ -256,26 +241,32 @@ async def dashboard_page(
     account = claims.account_id
     kind = "hour" if query.window == "24h" else "day"
     window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], tags=query.tags)
-    rows = await reader.stats_rows(account, window, GroupBy("derivation_path"))
-    periods = _period_groups(rows, window, kind, now)
-    by_name = stats_of(rows, window, "derivation", now)
-    by_path = stats_of(rows, window, "derivation_path", now)
+    periods = build_stats(
+        await reader.stats_rows(account, window, GroupBy(kind)), StatsQuery(window, GroupBy(kind), end_us=now)
+    )
+    by_path = await reader.stats_rows(account, window, GroupBy("derivation_path"))
+    by_name = groups_with_newest(by_path, window, "derivation", now)
+    by_path_groups = groups_with_newest(by_path, window, "derivation_path", now)
     month = month_start_us(now)
     this_month = await reader.usage(account, filters.UsageQuery(from_us=month))
     last_month = await reader.usage(account, filters.UsageQuery(from_us=month_start_us(month - 1), to_us=month))
     running_filter = BuildFilter(create_from_us=now - RUNNING_LOOKBACK_US, statuses=tuple(UNFINISHED), tags=query.tags)
-    running_page = await reader.list_builds(account, ListQuery(filter=running_filter, limit=20))
+    running = _BUILDS.decode((await reader.list_builds(account, ListQuery(filter=running_filter, limit=20))).body)
+    failed_filter = msgspec.structs.replace(window, statuses=tuple(sorted(FAILED)))
+    failures = _BUILDS.decode((await reader.list_builds(account, ListQuery(filter=failed_filter, limit=TOP))).body)
     links = _Links(request, claims)
-    latest_name = _latest_by(rows, derivation_name)
-    latest_failed_name = _latest_by(rows, derivation_name, only_failed=True)
-    latest_failed_path = _latest_by(rows, str, only_failed=True)
-    slowest = sorted((g for g in by_name if g.duration_seconds), key=lambda g: (-g.duration_seconds.p95, g.key))  # type: ignore[union-attr]
-    failing = sorted((g for g in by_name if g.failed_build_count), key=lambda g: (-g.failed_build_count, g.key))
-    flaky = sorted(
-        (g for g in by_path if g.failed_build_count and g.successful_build_count),
-        key=lambda g: (-g.failed_build_count, g.key),
+    slowest = sorted(
+        (line for line in by_name if line[0].duration_seconds),
+        key=lambda line: (-line[0].duration_seconds.p95, line[0].key),  # type: ignore[union-attr]
     )
-    failed_rows = sorted((r for r in rows if r[1] in _FAILED), key=lambda r: (r[0], r[6]), reverse=True)[:TOP]
+    failing = sorted(
+        (line for line in by_name if line[0].failed_build_count),
+        key=lambda line: (-line[0].failed_build_count, line[0].key),
+    )
+    flaky = sorted(
+        (line for line in by_path_groups if line[0].failed_build_count and line[0].successful_build_count),
+        key=lambda line: (-line[0].failed_build_count, line[0].key),
+    )
     prefix = _prefix(request)
     return _render(
         request,
@@ -292,14 +283,11 @@ async def dashboard_page(
         usage_chart=_usage_chart(this_month, last_month),
         this_month=this_month,
         last_month=last_month,
-        slowest=[DerivationLine(g, links.build(latest_name[g.key])) for g in slowest[:TOP]],
-        failing=[DerivationLine(g, links.build(latest_failed_name[g.key])) for g in failing[:TOP]],
-        flaky=[DerivationLine(g, links.build(latest_failed_path[g.key])) for g in flaky[:TOP]],
-        failures=[links.build(r) for r in failed_rows],
-        running=[
-            (b, links.to(b.build_id, b.derivation_path, b.build_status.value, 0))
-            for b in _BUILDS.decode(running_page.body)
-        ],
+        slowest=[DerivationLine(g, links.newest(newest)) for g, newest, _ in slowest[:TOP] if newest],
+        failing=[DerivationLine(g, links.newest(failed)) for g, _, failed in failing[:TOP] if failed],
+        flaky=[DerivationLine(g, links.newest(failed)) for g, _, failed in flaky[:TOP] if failed],
+        failures=[links.to(b.build_id, b.derivation_path, b.build_status.value, 0) for b in failures],
+        running=[(b, links.to(b.build_id, b.derivation_path, b.build_status.value, 0)) for b in running],
         expires=from_us(claims.expires_us),
         hours=_hours,
         seconds=_seconds,
@@ -307,13 +295,11 @@ async def dashboard_page(
     )
 
 
-def _period_groups(rows: Sequence[tuple], window: BuildFilter, kind: str, now: int) -> list[BuildStatsGroup]:
-    return build_stats(rows, StatsQuery(filter=window, group_by=GroupBy(kind), end_us=now))
-
-
-def stats_of(rows: Sequence[tuple], window: BuildFilter, kind: str, now: int) -> list[BuildStatsGroup]:
-    """Every value group of the rows (no limit): the derivation tables pick from them."""
-    return build_stats(rows, StatsQuery(filter=window, group_by=GroupBy(kind), end_us=now, limit=len(rows) or 1))
+def groups_with_newest(rows: Sequence[tuple], window: BuildFilter, kind: str, now: int) -> list[tuple]:
+    """Every value group of the rows (no limit) with its newest builds: the derivation tables pick from them."""
+    return build_stats_with_newest(
+        rows, StatsQuery(filter=window, group_by=GroupBy(kind), end_us=now, limit=max(len(rows), 1))
+    )
 
 
 def dashboard_router() -> Router:

@@ -7,6 +7,7 @@ computed one way, in one place, and can be checked against a plain computation i
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -67,8 +68,22 @@ def period_key(kind: str, start_us: int) -> str:
     return from_us(start_us).date().isoformat() if kind == "day" else format_us(start_us)
 
 
+_NUMBERS = msgspec.json.Decoder(list[float])
+
+
+class Newest(NamedTuple):
+    """The newest build of a group, for a link to it."""
+
+    create_us: int
+    build_id: int
+    status: str
+    value: Any  # the grouping value of its row, e.g. the derivation path
+
+
 class _Group:
-    __slots__ = ("billable_cpu", "counts", "cpu", "durations", "queues")
+    """One group's sums, filled from its rows (one per status and grouping value)."""
+
+    __slots__ = ("billable_cpu", "counts", "cpu", "durations", "newest", "newest_failed", "queues")
 
     def __init__(self) -> None:
         self.counts = {"successful": 0, "failed": 0, "discarded": 0, "running": 0}
@@ -76,29 +91,38 @@ class _Group:
         self.billable_cpu = 0
         self.durations: list[float] = []
         self.queues: list[float] = []
+        self.newest: tuple[str, Any, str] | None = None
+        self.newest_failed: tuple[str, Any, str] | None = None
 
-    def add(self, status: str, cpu: int, duration: str | None, queue: str | None) -> None:
-        self.counts[_KIND[status]] += 1
+    def add(self, value: Any, status: str, builds: int, cpu: int, durations: str, queues: str, newest: str) -> None:
+        kind = _KIND[status]
+        self.counts[kind] += builds
         self.cpu += cpu
         if status in _BILLABLE:
             self.billable_cpu += cpu
-        # The JSON text of each number, as stored: float() of it is the value a client decodes.
-        if duration is not None and duration != "null":
-            self.durations.append(float(duration))
-        if queue is not None and queue != "null":
-            self.queues.append(float(queue))
+        # JSON arrays of the numbers as stored: decoding them gives exactly the values a client reads.
+        self.durations += _NUMBERS.decode(durations)
+        self.queues += _NUMBERS.decode(queues)
+        mark = (newest, value, status)
+        if self.newest is None or mark > self.newest:
+            self.newest = mark
+        if kind == "failed" and (self.newest_failed is None or mark > self.newest_failed):
+            self.newest_failed = mark
+
+    @property
+    def build_count(self) -> int:
+        return sum(self.counts.values())
 
     def result(self, key: str) -> BuildStatsGroup:
-        c = self.counts
-        decided = c["successful"] + c["failed"]
+        ok, failed = self.counts["successful"], self.counts["failed"]
         return BuildStatsGroup(
             key=key,
-            build_count=sum(c.values()),
-            running_build_count=c["running"],
-            discarded_build_count=c["discarded"],
-            failed_build_count=c["failed"],
-            successful_build_count=c["successful"],
-            success_rate=c["successful"] / decided if decided else None,
+            build_count=self.build_count,
+            running_build_count=self.counts["running"],
+            discarded_build_count=self.counts["discarded"],
+            failed_build_count=failed,
+            successful_build_count=ok,
+            success_rate=ok / (ok + failed) if ok + failed else None,
             total_cpu_seconds=self.cpu,
             billable_cpu_seconds=self.billable_cpu,
             duration_seconds=percentiles(self.durations),
@@ -106,42 +130,66 @@ class _Group:
         )
 
 
-def _value_key(group_by: GroupBy, value: object) -> str | None:
-    if group_by.kind == "tag":
-        return _TAGS.decode(value).get(group_by.tag_key or "") if value is not None else None
-    if group_by.kind == "derivation":
-        return derivation_name(str(value))
-    return None if value is None else str(value)
+def _newest(mark: tuple[str, Any, str] | None) -> Newest | None:
+    if mark is None:
+        return None
+    create_us, build_id = mark[0].split()
+    return Newest(int(create_us), int(build_id), mark[2], mark[1])
 
 
-def build_stats(rows: Iterable[tuple], query: StatsQuery) -> list[BuildStatsGroup]:
-    """Groups of the rows of `stats_queries.stats_rows`: every period of the window in time order,
-    or the `limit` largest value groups (by build count, ties by key)."""
-    group_by = query.group_by
-    groups: dict[object, _Group] = {}
-    period = _PERIODS.get(group_by.kind)
-    for create_us, status, cpu, duration, queue, value, _ in rows:
-        if period is not None:
-            key: object = create_us - create_us % period
-        else:
-            key = _value_key(group_by, value)
+def _grouped(rows: Iterable[tuple], group_by: GroupBy) -> dict[Any, _Group]:
+    groups: dict[Any, _Group] = {}
+    tag = group_by.tag_key or ""
+    names: dict[str, str] = {}
+    for row in rows:
+        value = row[0]
+        if group_by.kind == "tag":
+            key = _TAGS.decode(value).get(tag)
             if key is None:
-                continue  # without the grouping tag
+                continue  # builds without the grouping tag are left out
+        elif group_by.kind == "derivation":
+            key = names.get(value) or names.setdefault(value, derivation_name(value))
+        else:
+            key = value
         group = groups.get(key)
         if group is None:
             group = groups[key] = _Group()
-        group.add(status, cpu, duration, queue)
+        group.add(*row)
+    return groups
+
+
+def _ordered(groups: dict[Any, _Group], query: StatsQuery) -> list[tuple[Any, _Group]]:
+    """Time groups: every period of the window, ascending. Value groups: the largest `limit` of them."""
+    period = _PERIODS.get(query.group_by.kind)
     if period is None:
-        ordered = sorted(groups.items(), key=lambda item: (-sum(item[1].counts.values()), item[0]))
-        return [group.result(str(key)) for key, group in ordered[: query.limit]]
+        ordered = sorted(groups.items(), key=lambda item: (-item[1].build_count, str(item[0])))
+        return ordered[: query.limit]
     low = query.filter.create_from_us
     first = low - low % period
     last = query.end_us - 1 if query.end_us > low else first - 1
     if groups:
-        last = max(last, max(groups))  # type: ignore[type-var]
-    empty = _Group()
+        last = max(last, max(groups))
+    return [(start, groups.get(start) or _Group()) for start in range(first, last + 1, period)]
+
+
+def _key(kind: str, key: Any) -> str:
+    return period_key(kind, key) if kind in _PERIODS else str(key)
+
+
+def build_stats(rows: Iterable[tuple], query: StatsQuery) -> list[BuildStatsGroup]:
+    """The groups of /builds/stats from the rows of `stats_queries.stats_rows`."""
+    kind = query.group_by.kind
+    return [group.result(_key(kind, key)) for key, group in _ordered(_grouped(rows, query.group_by), query)]
+
+
+def build_stats_with_newest(
+    rows: Iterable[tuple], query: StatsQuery
+) -> list[tuple[BuildStatsGroup, Newest | None, Newest | None]]:
+    """As build_stats, with each group's newest build and newest failed build (for the dashboard's links)."""
+    kind = query.group_by.kind
     return [
-        groups.get(start, empty).result(period_key(group_by.kind, start)) for start in range(first, last + 1, period)
+        (group.result(_key(kind, key)), _newest(group.newest), _newest(group.newest_failed))
+        for key, group in _ordered(_grouped(rows, query.group_by), query)
     ]
 
 

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BILLABLE
-from buildreport.store.queries import Query, _filter_sql, _ordered, in_list
+from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sql, _ordered, in_list
 
-# The value each grouping needs beside a build's figures; time groupings use its creation time.
+# The value each grouping needs beside a build's figures; time groupings, the start of its period.
 _GROUP_COLUMNS = {
-    "day": "NULL",
-    "hour": "NULL",
+    "day": f"b.create_us - b.create_us % {US_PER_DAY}",
+    "hour": f"b.create_us - b.create_us % {US_PER_HOUR}",
     "system": "b.body ->> '$.system'",
     "status": "b.status",
     "derivation": "b.derivation_path",
@@ -27,12 +27,19 @@ _GROUP_COLUMNS = {
 
 
 def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy) -> Query:
-    """One row per matching build: create time, status, CPU seconds, duration and queue time as JSON text,
-    the value it is grouped by, and its id."""
+    """The matching builds summed by grouping value and status, so that no build crosses into Python alone.
+
+    Each row: the value, the status, the builds, their CPU seconds, their durations and queue times as a JSON
+    array of the numbers exactly as stored (nulls left out), and the newest build as `create_us build_id`
+    (zero-padded, so that the greatest text is the newest build).
+    """
     source, where, params = _filter_sql(account_id, build_filter, "b")
     sql = (
-        f"SELECT b.create_us, b.status, b.cpu_seconds, b.body -> '$.duration_seconds',"
-        f" b.body -> '$.queue_time_seconds', {_GROUP_COLUMNS[group_by.kind]}, b.build_id FROM {source} WHERE {where}"
+        f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, count(*), sum(b.cpu_seconds),"
+        " '[' || coalesce(group_concat(nullif(b.body -> '$.duration_seconds', 'null')), '') || ']',"
+        " '[' || coalesce(group_concat(nullif(b.body -> '$.queue_time_seconds', 'null')), '') || ']',"
+        " max(printf('%020d %020d', b.create_us, b.build_id))"
+        f" FROM {source} WHERE {where} GROUP BY g, b.status"
     )
     return sql, params
 
