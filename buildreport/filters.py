@@ -265,11 +265,19 @@ MAX_TIME_GROUPS = 10_000
 EXPORT_FORMATS = ("csv", "ndjson")
 
 
+_PLAIN_TAG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
 class GroupBy(msgspec.Struct, frozen=True):
     """How builds are grouped: `kind` is a time or value grouping, or `tag` with the tag's key."""
 
     kind: str
     tag_key: str | None = None
+
+    @property
+    def plain_tag(self) -> bool:
+        """A tag key that is a plain name: SQLite can read its value from the stored JSON by path."""
+        return self.kind == "tag" and self.tag_key is not None and bool(_PLAIN_TAG_KEY.fullmatch(self.tag_key))
 
 
 class StatsQuery(msgspec.Struct, frozen=True):

@@ -144,7 +144,7 @@ def _grouped(rows: Iterable[tuple], group_by: GroupBy) -> dict[Any, _Group]:
     for row in rows:
         value = row[0]
         if group_by.kind == "tag":
-            key = _TAGS.decode(value).get(tag)
+            key = value if group_by.plain_tag else _TAGS.decode(value).get(tag)
             if key is None:
                 continue  # builds without the grouping tag are left out
         elif group_by.kind == "derivation":

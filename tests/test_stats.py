@@ -36,6 +36,8 @@ def make_records() -> list[dict[str, Any]]:
             tags["project"] = rng.choice(["web", "api", "ci:nightly"])
         if rng.random() < 0.5:
             tags["team"] = rng.choice(["core", "infra"])
+        if rng.random() < 0.3:
+            tags['ci."stage"'] = rng.choice(["build", "test"])  # not a plain name: grouped outside SQLite
         name = rng.choice(NAMES)
         records.append(
             record(
@@ -146,7 +148,10 @@ def api(tmp_path_factory):
         yield client, secret
 
 
-GROUPINGS = ["day", "hour", "system", "status", "derivation", "derivation_path", "tag:project", "tag:team", "tag:none"]
+GROUPINGS = [
+    "day", "hour", "system", "status", "derivation", "derivation_path", "tag:project", "tag:team", "tag:none",
+    'tag:ci."stage"',
+]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -34,14 +34,18 @@ def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy) ->
     (zero-padded, so that the greatest text is the newest build).
     """
     source, where, params = _filter_sql(account_id, build_filter, "b")
+    column, column_params = _GROUP_COLUMNS[group_by.kind], []
+    if group_by.plain_tag:
+        # The tag's value itself, so builds group in SQLite; other keys group by the tags' JSON in Python.
+        column, column_params = "b.body ->> ?", [f"$.tags.{group_by.tag_key}"]
     sql = (
-        f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, count(*), sum(b.cpu_seconds),"
+        f"SELECT {column} AS g, b.status, count(*), sum(b.cpu_seconds),"
         " '[' || coalesce(group_concat(nullif(b.body -> '$.duration_seconds', 'null')), '') || ']',"
         " '[' || coalesce(group_concat(nullif(b.body -> '$.queue_time_seconds', 'null')), '') || ']',"
         " max(printf('%020d %020d', b.create_us, b.build_id))"
         f" FROM {source} WHERE {where} GROUP BY g, b.status"
     )
-    return sql, params
+    return sql, [*column_params, *params]
 
 
 def _stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:
