@@ -41,6 +41,12 @@ QUERIES = {
         for kind in ("day", "system", "tag")
     },
     **{
+        f"dashboard rows by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind), exact=False)
+        for name, f in FILTERS.items()
+        if f.derivation_path is None
+        for kind in ("day", "derivation_path")
+    },
+    **{
         f"usage by {kind}, {name}": query(1, UsageQuery(from_us=1, to_us=to))
         for kind, query in (
             ("day", stats_queries.usage_by_day),

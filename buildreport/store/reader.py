@@ -171,8 +171,10 @@ class Reader:
 
     # --- insights (statistics, usage by group, export) -------------------------------------------
 
-    async def stats_rows(self, account_id: int, build_filter: BuildFilter, group_by: GroupBy) -> list[tuple]:
-        return await self._rows(stats_queries.stats_rows(account_id, build_filter, group_by))
+    async def stats_rows(
+        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, exact: bool = True
+    ) -> list[tuple]:
+        return await self._rows(stats_queries.stats_rows(account_id, build_filter, group_by, exact))
 
     async def usage_rows(self, account_id: int, query: UsageQuery, group_by: GroupBy) -> list[tuple]:
         """Usage rows for a breakdown: by day and by system summed in SQL, by tag one row a build."""
