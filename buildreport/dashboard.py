@@ -23,7 +23,7 @@ from buildreport.errors import Problem
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
-from buildreport.stats import Newest, build_stats, build_stats_with_newest, derivation_name, status_kind
+from buildreport.stats import Newest, build_stats, build_stats_with_newest, derivation_name
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_DAY, US_PER_SECOND, from_us, month_start_us, now_us
 from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view
@@ -291,7 +291,6 @@ async def dashboard_page(
         expires=from_us(claims.expires_us),
         hours=_hours,
         seconds=_seconds,
-        kind_of=status_kind,
     )
 
 

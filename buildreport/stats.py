@@ -19,7 +19,6 @@ from buildreport.models import (
     SUCCESSFUL,
     UNFINISHED,
     BuildStatsGroup,
-    BuildStatus,
     Percentiles,
     UsageBreakdownGroup,
 )
@@ -59,8 +58,8 @@ def percentiles(values: Iterable[float]) -> Percentiles | None:
 def derivation_name(path: str) -> str:
     """The name part of a derivation's store path: `/nix/store/<hash>-hello-2.12.drv` gives `hello-2.12`."""
     base = path.rsplit("/", 1)[-1].removesuffix(".drv")
-    digest, dash, name = base.partition("-")
-    return name if dash and digest else base
+    _, dash, name = base.partition("-")
+    return name if dash and name else base
 
 
 def period_key(kind: str, start_us: int) -> str:
@@ -214,7 +213,3 @@ def usage_breakdown(rows: Iterable[tuple], group_by: GroupBy) -> list[UsageBreak
     ordered = sorted(totals.items(), key=lambda item: (-item[1][0], item[0] is None, item[0] or ""))
     return [UsageBreakdownGroup(key=k, billable_cpu_seconds=cpu, billable_build_count=n) for k, (cpu, n) in ordered]
 
-
-def status_kind(status: BuildStatus | str) -> str:
-    """successful, failed, discarded or running: how a status counts in every figure."""
-    return _KIND[str(status)]
