@@ -64,6 +64,22 @@ def _steps(reader: Reader, signer: LinkSigner, settings: Settings, account_id: i
         async def step(i: int) -> bytes:
             query = filters.parse_usage_query(pairs, now_us())
             return _ENCODE(await reader.usage(account_id, query))
+    elif kind == "stats":
+        from buildreport import stats
+
+        async def step(i: int) -> bytes:
+            query = filters.parse_stats_query(pairs, now_us())
+            rows = await reader.stats_rows(account_id, query.filter, query.group_by)
+            return _ENCODE(stats.build_stats(rows, query))
+    elif kind == "breakdown":
+        from buildreport import stats
+
+        async def step(i: int) -> bytes:
+            query = filters.parse_breakdown_query(pairs, now_us())
+            rows = await reader.usage_rows(account_id, query.usage, query.group_by)
+            return _ENCODE(stats.usage_breakdown(rows, query.group_by))
+    elif kind == "dashboard":
+        step = _dashboard_step(reader, signer, settings, account_id, pairs)
     elif kind == "healthz":
         async def step(i: int) -> bytes:
             await reader.ping()
@@ -110,6 +126,28 @@ def _page_step(reader: Reader, signer: LinkSigner, settings: Settings, tokens: l
     if handler is None:
         notes.append("signed page floor: no handler function found; floor is the reads only")
     return pick
+
+
+def _dashboard_step(reader: Reader, signer: LinkSigner, settings: Settings, account_id: int,
+                    pairs: list[tuple[str, str]]) -> Step:
+    """The dashboard page's handler, called in-process with a request that carries only what it reads."""
+    from urllib.parse import urlencode
+
+    from buildreport import dashboard
+    from buildreport.signing import DashboardClaims, DashboardSigner
+
+    dashboard_signer = DashboardSigner(load_secret_keys(settings))
+    token = dashboard_signer.link_url("", DashboardClaims(account_id, now_us() + 86_400 * US_PER_SECOND))[3:]
+    state = SimpleNamespace(reader=reader, signer=signer, dashboard_signer=dashboard_signer, settings=settings)
+    request = SimpleNamespace(app=SimpleNamespace(state=state), scope={"query_string": urlencode(pairs).encode()})
+    handler = dashboard.dashboard_page.fn
+
+    async def step(i: int) -> bytes:
+        response = await handler(request, token)
+        assert response.status_code == 200, response.status_code
+        return response.content
+
+    return step
 
 
 async def _measure(step: Step, iterations: int, warmup: int, budget_s: float) -> dict[str, Any]:

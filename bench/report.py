@@ -16,6 +16,12 @@ TARGETS = {
     "import_1m_nolog_s": 30.0,
     "http_over_floor": 1.5,
     "workers_gain": 1.10,
+    "stats_day_30d_p50_ms": 50.0,
+    "stats_day_365d_p50_ms": 500.0,
+    "stats_tag_30d_p50_ms": 50.0,
+    "breakdown_day_year_p50_ms": 20.0,
+    "dashboard_30d_p50_ms": 150.0,
+    "export_builds_per_s": 100_000.0,
 }
 
 
@@ -78,6 +84,26 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
         value = dig(eps, key, "c1", "p50_ms")
         rows.append(_row(label + " (1 client)", f"≤ {TARGETS[limit]:g} ms", value, f"{ms(value)} ms",
                          value is not None and value <= TARGETS[limit]))
+
+    for key, label in (("stats_day_30d", "/builds/stats group_by=day, 30 days, p50"),
+                       ("stats_day_365d", "/builds/stats group_by=day, 365 days, p50"),
+                       ("stats_tag_30d", "/builds/stats group_by=tag:project, 30 days, p50"),
+                       ("breakdown_day_year", "/usage/breakdown group_by=day, one year, p50"),
+                       ("dashboard_30d", "dashboard page, 30 days, p50")):
+        limit = f"{key}_p50_ms"
+        value = dig(eps, key, "c1", "p50_ms")
+        rows.append(_row(label + " (1 client)", f"≤ {TARGETS[limit]:g} ms", value, f"{ms(value)} ms",
+                         value is not None and value <= TARGETS[limit]))
+    exported = dig(out, "http", "export") or {}
+    value = exported.get("builds_per_s")
+    note = ""
+    if value is not None:
+        grown = (exported["rss_after_kib"] - exported["rss_before_kib"]) / 1024
+        note = (f"{exported['builds']:,} builds in {exported['seconds']:.2f} s; the server's own memory (RssAnon) "
+                f"grew {grown:,.1f} MiB")
+    rows.append(_row("export a year of one account as JSON Lines", f"≥ {TARGETS['export_builds_per_s']:,.0f} builds/s",
+                     value, f"{rps(value)} builds/s", value is not None and value >= TARGETS["export_builds_per_s"],
+                     note))
 
     builds = dig(out, "settings", "builds")
     entry = dig(out, "import", "without_logs") or {}

@@ -12,6 +12,7 @@ answered an error); a missed target is reported, not a failure.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import platform
@@ -65,6 +66,20 @@ def rel(command: str | list[str]) -> str:
     """A command as the report shows it: quoted for a shell, paths relative to the repository."""
     text = command if isinstance(command, str) else shlex.join(command)
     return text.replace(str(ROOT) + "/", "")
+
+
+def anonymous_kib(memory: dict[str, Any]) -> int:
+    """The server processes' own memory (RssAnon): the database's pages that SQLite maps in are the kernel's
+    page cache, which VmRSS counts too, and they come and go with the file, not with the export."""
+    total = 0
+    for process in memory["processes"]:
+        try:
+            for line in Path(f"/proc/{process['pid']}/status").read_text().splitlines():
+                if line.startswith("RssAnon:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
 
 
 def cli() -> list[str]:
@@ -328,15 +343,28 @@ class Bench:
             {"key": "page", "label": "/b/{signed link} (build page)", "kind": "page"},
             {"key": "healthz", "label": "/healthz", "kind": "healthz"},
         ]
+        for days in (30, 365):
+            eps.append({"key": f"stats_day_{days}d", "label": f"/builds/stats group_by=day, {days} days",
+                        "kind": "stats",
+                        "pairs": [("group_by", "day"), ("create_time_from", iso(now - timedelta(days=days)))]})
+        eps += [
+            {"key": "stats_tag_30d", "label": "/builds/stats group_by=tag:project, 30 days", "kind": "stats",
+             "pairs": [("group_by", "tag:project"), ("create_time_from", iso(now - timedelta(days=30)))]},
+            {"key": "breakdown_day_year", "label": "/usage/breakdown group_by=day, one year", "kind": "breakdown",
+             "pairs": [("group_by", "day"), ("from", first_year_ago.isoformat()), ("to", first_this.isoformat())]},
+            {"key": "dashboard_30d", "label": "/d/{signed link}?window=30d (dashboard)", "kind": "dashboard",
+             "pairs": [("window", "30d")]},
+        ]
+        paths = {"list": "/builds", "summary": "/builds/summary", "usage": "/usage", "stats": "/builds/stats",
+                 "breakdown": "/usage/breakdown"}
         for ep in eps:
             if ep["kind"] in ("build", "url"):
                 suffix = "/url" if ep["kind"] == "url" else ""
                 ep["paths"] = [f"/builds/{i}{suffix}" for i in ep["ids"]]
             elif ep["kind"] == "healthz":
                 ep["paths"] = ["/healthz"]
-            elif ep["kind"] != "page":
-                path = "/builds" if ep["kind"] == "list" else "/builds/summary" if ep["kind"] == "summary" else "/usage"
-                ep["paths"] = [query(path, ep["pairs"])]
+            elif ep["kind"] in paths:
+                ep["paths"] = [query(paths[ep["kind"]], ep["pairs"])]
         return eps
 
     def token(self) -> None:
@@ -356,7 +384,7 @@ class Bench:
             raise RuntimeError(f"GET {path}: {status} {body[:300]!r}")
         info: dict[str, Any] = {"path": path, "status": status, "body_bytes": len(body),
                                 "content_type": headers.get("content-type")}
-        if ep["kind"] == "page":
+        if ep["kind"] in ("page", "dashboard"):
             if "text/html" not in (headers.get("content-type") or ""):
                 raise RuntimeError(f"GET {path}: not HTML")
             return info
@@ -372,6 +400,10 @@ class Bench:
             info["build_count"] = value["build_count"]
         elif ep["kind"] == "usage":
             info["billable_build_count"] = value["billable_build_count"]
+        elif ep["kind"] in ("stats", "breakdown"):
+            if not isinstance(value, list):
+                raise RuntimeError(f"GET {path}: not a list")
+            info["groups"] = len(value)
         elif ep["kind"] == "url" and "/b/" not in value.get("url", ""):
             raise RuntimeError(f"GET {path}: no link")
         return info
@@ -385,6 +417,40 @@ class Bench:
             paths.append(urlsplit(json.loads(body)["url"]).path)
         page["paths"] = paths
         page["tokens"] = [p.rsplit("/", 1)[1] for p in paths]
+
+    def dashboard_link(self, server: Server, dashboard: dict[str, Any]) -> None:
+        status, _, body = get(server.port, "/dashboard/url?ttl_seconds=86400", self.token_secret)
+        if status != 200:
+            raise RuntimeError(f"GET /dashboard/url: {status} {body[:300]!r}")
+        path = urlsplit(json.loads(body)["url"]).path
+        dashboard["paths"] = [f"{path}?{urlencode(dashboard['pairs'])}"]
+
+    def export(self, server: Server) -> dict[str, Any]:
+        """Stream a year of the account's builds as JSON Lines; builds a second, and the server's memory."""
+        before = server.memory()
+        path = "/builds/export?" + urlencode({"format": "ndjson", "create_time_from": iso(self.started
+                                                                                          - timedelta(days=366))})
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+        started = time.perf_counter()
+        lines = size = 0
+        try:
+            conn.request("GET", path, headers={"Authorization": f"Bearer {self.token_secret}"})
+            response = conn.getresponse()
+            if response.status != 200:
+                raise RuntimeError(f"GET {path}: {response.status} {response.read()[:300]!r}")
+            while chunk := response.read(1 << 20):
+                lines += chunk.count(b"\n")
+                size += len(chunk)
+        finally:
+            conn.close()
+        seconds = time.perf_counter() - started
+        after = server.memory()
+        result = {"path": path, "builds": lines, "bytes": size, "seconds": round(seconds, 3),
+                  "builds_per_s": round(lines / seconds, 1) if seconds else None,
+                  "rss_before_kib": anonymous_kib(before), "rss_after_kib": anonymous_kib(after)}
+        self.say(f"export: {lines:,} builds in {seconds:.2f}s ({result['builds_per_s']:,.0f} builds/s), "
+                 f"server RssAnon {result['rss_before_kib'] / 1024:,.0f} → {result['rss_after_kib'] / 1024:,.0f} MiB")
+        return result
 
     def load(self, server: Server, ep: dict[str, Any], connections: int, threads: int) -> dict[str, Any] | None:
         name = f"{ep['key']}-w{server.command[server.command.index('--workers') + 1]}-c{connections}"
@@ -431,6 +497,7 @@ class Bench:
             self.say(f"server (1 worker) up on {server.base} in {server.startup_s:.2f}s")
             page = next(ep for ep in eps if ep["kind"] == "page")
             self.signed_links(server, page)
+            self.dashboard_link(server, next(ep for ep in eps if ep["kind"] == "dashboard"))
             for ep in eps:
                 entry: dict[str, Any] = {"label": ep["label"]}
                 results[ep["key"]] = entry
@@ -441,10 +508,15 @@ class Bench:
                     continue
                 for connections, threads in LOADS:
                     entry[f"c{connections}"] = self.load(server, ep, connections, threads)
+            try:
+                exported = self.export(server)
+            except Exception as exc:
+                self.fail(f"export: {exc}")
+                exported = None
             memory = server.memory()
         finally:
             server.stop()
-        self.out["http"] = {"server": server.info(), "endpoints": results, "memory": memory}
+        self.out["http"] = {"server": server.info(), "endpoints": results, "memory": memory, "export": exported}
         if not server.clean_exit():
             self.notes.append(f"the 1-worker server exited with {server.exit_code} after SIGTERM")
         self.phase("http_1_worker", started)

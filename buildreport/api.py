@@ -362,10 +362,14 @@ async def write_builds(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 
 def api_router(rate_limit: int) -> Router:
+    from buildreport.insights_api import insight_handlers  # it builds on this module's helpers
+
     limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
     return Router(
         path="/",
-        route_handlers=[list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds],
+        route_handlers=[
+            list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds, *insight_handlers()
+        ],
         middleware=[AuthMiddleware("reader", limiter)],
         opt={"scope": READ_SCOPE},
         tags=["builds"],

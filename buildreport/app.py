@@ -23,7 +23,7 @@ from buildreport.envelope import Envelope, request_id
 from buildreport.errors import Problem
 from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
-from buildreport.signing import LinkSigner
+from buildreport.signing import DashboardSigner, LinkSigner
 from buildreport.store.reader import Reader
 from buildreport.store.schema import open_database
 from buildreport.store.writes import Writes
@@ -124,7 +124,8 @@ def create_litestar(settings: Settings) -> Litestar:
     # Migrates before any request; the database must exist (`serve` and `demo` create it before workers start),
     # so a worker never creates an empty database in place of one that was deleted.
     open_database(settings.db, create=False).close()
-    signer = LinkSigner(load_secret_keys(settings))
+    keys = load_secret_keys(settings)
+    signer = LinkSigner(keys)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -136,13 +137,23 @@ def create_litestar(settings: Settings) -> Litestar:
             await app.state.writes.close()
             await app.state.reader.close()
 
+    from buildreport.dashboard import dashboard_router
+    from buildreport.metrics import metrics_router, prometheus_config, worker_stopped
     from buildreport.web import web_router  # the signed page is a second face over the same reader
 
     return Litestar(
         route_handlers=[
-            api_router(settings.rate_limit), web_router(_link_limits(settings)), healthz, favicon, front_door
+            api_router(settings.rate_limit),
+            web_router(_link_limits(settings)),
+            dashboard_router(),
+            metrics_router(),
+            healthz,
+            favicon,
+            front_door,
         ],
+        middleware=[prometheus_config().middleware],
         lifespan=[lifespan],
+        on_shutdown=[worker_stopped],
         plugins=[
             ProblemDetailsPlugin(
                 ProblemDetailsConfig(
@@ -152,7 +163,7 @@ def create_litestar(settings: Settings) -> Litestar:
         ],
         exception_handlers={Exception: _internal_problem},
         openapi_config=_openapi(),
-        state=State({"settings": settings, "signer": signer}),
+        state=State({"settings": settings, "signer": signer, "dashboard_signer": DashboardSigner(keys)}),
         logging_config=None,
         debug=False,
     )

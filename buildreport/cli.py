@@ -1,4 +1,4 @@
-"""The command line: serve, demo, import, token, sample."""
+"""The command line: serve, demo, import, token, sample, export."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -199,6 +200,14 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             show_envvar=True,
             help="Most build records in one POST /builds; more get 413.",
         ),
+        click.option(
+            "--metrics-loopback/--no-metrics-loopback",
+            default=False,
+            show_default=True,
+            envvar="BUILDREPORT_METRICS_LOOPBACK",
+            show_envvar=True,
+            help="Serve /metrics to loopback clients without a token (otherwise a metrics:read token).",
+        ),
         *_limit_options(),
     ]
     for option in reversed(options):
@@ -320,9 +329,10 @@ def run_server(settings: Settings) -> None:
 
         os.environ[SETTINGS_ENV] = to_env(settings)
         server_config = ServeConfig("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
-        Multiprocess(server_config, sockets=[server_config.bind_socket()]).run()
+        with metrics_folder():
+            Multiprocess(server_config, sockets=[server_config.bind_socket()]).run()
     else:
-        from buildreport.app import create_app
+        from buildreport.app import create_app  # one process: its own metrics registry holds everything
 
         server_config = ServeConfig(create_app(settings), **common)
         server = uvicorn.Server(server_config)
@@ -330,6 +340,21 @@ def run_server(settings: Settings) -> None:
             server.run()
         if not server.started:
             sys.exit(3)  # uvicorn's STARTUP_FAILURE
+
+
+@contextlib.contextmanager
+def metrics_folder() -> Iterator[None]:
+    """A fresh folder where every worker writes its Prometheus samples (set before the workers import
+    prometheus_client, which reads it once), removed when the server stops. One the environment names is kept."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="buildreport-metrics-") as folder:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+        try:
+            yield
+        finally:
+            del os.environ["PROMETHEUS_MULTIPROC_DIR"]
 
 
 @main.command()
@@ -845,3 +870,8 @@ def runner(check_only: bool, **kwargs: object) -> None:
         except msgspec.ValidationError as exc:
             raise click.UsageError("--db needs --account NAME (lower-case letters, digits, '.', '_', '-')") from exc
     sys.exit(run_runner(check_only=check_only, **kwargs))
+
+
+from buildreport.export import export_command  # noqa: E402 (a command of its own module)
+
+main.add_command(export_command)

@@ -48,6 +48,7 @@ class Settings(msgspec.Struct, frozen=True):
     tls_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_records: int = DEFAULT_MAX_RECORDS
+    metrics_loopback: bool = False  # /metrics answers loopback clients without a token
 
     @property
     def base_url(self) -> str:

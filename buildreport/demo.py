@@ -11,7 +11,8 @@ import msgspec
 from buildreport.config import Settings, load_secret_keys
 from buildreport.ingest import import_files, open_lines
 from buildreport.models import ImportRecord
-from buildreport.signing import LinkClaims, LinkSigner
+from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
+from buildreport.store import admin
 from buildreport.store.admin import insert_token
 from buildreport.store.schema import open_auth
 from buildreport.times import US_PER_DAY, US_PER_SECOND, to_us
@@ -94,6 +95,9 @@ def prepare_demo(conn: sqlite3.Connection, settings: Settings, sample: Path, now
     link = _demo_link(conn, settings, accounts[0] if accounts else None, now_us)
     if link:
         lines.append(f"  A build page (no token needed): {link}")
+    dashboard = _dashboard_link(conn, settings, accounts[0], now_us) if accounts else None
+    if dashboard:
+        lines.append(f"  The dashboard (no token needed): {dashboard}")
     lines.append("")
     return lines
 
@@ -111,3 +115,13 @@ def _demo_link(conn: sqlite3.Connection, settings: Settings, account: str | None
         return None
     expires_us = (now_us + DEMO_LINK_TTL_US) // US_PER_SECOND * US_PER_SECOND
     return LinkSigner(load_secret_keys(settings)).link_url(settings.base_url, LinkClaims(row[0], row[1], expires_us))
+
+
+def _dashboard_link(conn: sqlite3.Connection, settings: Settings, account: str, now_us: int) -> str | None:
+    """A signed link to the first account's dashboard, valid for a day."""
+    account_id = admin.account_id(conn, account)
+    if account_id is None:
+        return None
+    expires_us = (now_us + DEMO_LINK_TTL_US) // US_PER_SECOND * US_PER_SECOND
+    signer = DashboardSigner(load_secret_keys(settings))
+    return signer.link_url(settings.base_url, DashboardClaims(account_id, expires_us))

@@ -100,18 +100,31 @@ def _single_refs(node: Any) -> Any:
     return node
 
 
+# Answers streamed as they are read carry no ETag: it would need the whole body first.
+STREAMED = frozenset({"/builds/export"})
+
+
 def _api_operation(path: str, operation: JSON) -> None:
     """Headers and answers every API operation shares, beside the ones its handler declares."""
-    operation.setdefault("parameters", []).append(dict(IF_NONE_MATCH))
     responses = operation["responses"]
     ok = responses.get("200", {})
-    ok["headers"] = _refs("ETag", "Cache-Control", "Vary", "X-Request-ID", *_RATE, required=("ETag", "X-Request-ID"))
+    if path in STREAMED:
+        ok["headers"] = _refs("Cache-Control", "Vary", "X-Request-ID", *_RATE, required=("X-Request-ID",))
+        text = {"schema": {"type": "string"}}
+        ok["content"] = {"application/x-ndjson": dict(text), "text/csv": dict(text)}
+    else:
+        operation.setdefault("parameters", []).append(dict(IF_NONE_MATCH))
+        ok["headers"] = _refs(
+            "ETag", "Cache-Control", "Vary", "X-Request-ID", *_RATE, required=("ETag", "X-Request-ID")
+        )
+        responses["304"] = {
+            "description": "Not modified: the `If-None-Match` ETag still matches. No body.",
+            "headers": _refs(
+                "ETag", "Cache-Control", "Vary", "X-Request-ID", *_RATE, required=("ETag", "X-Request-ID")
+            ),
+        }
     if path == "/builds":
         ok["headers"]["Link"] = {"$ref": "#/components/headers/Link"}
-    responses["304"] = {
-        "description": "Not modified: the `If-None-Match` ETag still matches. No body.",
-        "headers": _refs("ETag", "Cache-Control", "Vary", "X-Request-ID", *_RATE, required=("ETag", "X-Request-ID")),
-    }
     for code, answer in responses.items():
         if code.startswith(("4", "5")):
             answer.setdefault("headers", {}).update(_refs("X-Request-ID", required=("X-Request-ID",)))

@@ -269,3 +269,134 @@ def parse_build_id(text: str) -> int:
         reason = f"{shown(text)} is not a positive 64-bit integer in plain decimal (no sign or leading zero)"
         raise InvalidParams([InvalidParam(name="build_id", reason=reason)])
     return int(text)
+
+
+# --- insights: stats, usage breakdown, export ---------------------------------------------------
+
+TIME_GROUPINGS = ("day", "hour")
+VALUE_GROUPINGS = ("system", "status", "derivation", "derivation_path")
+TAG_PREFIX = "tag:"
+MAX_GROUPS = 1_000
+DEFAULT_GROUPS = 100
+# A time grouping lists every period of its window, so the window is bounded in periods.
+MAX_TIME_GROUPS = 10_000
+EXPORT_FORMATS = ("csv", "ndjson")
+
+
+_PLAIN_TAG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+class GroupBy(msgspec.Struct, frozen=True):
+    """How builds are grouped: `kind` is a time or value grouping, or `tag` with the tag's key."""
+
+    kind: str
+    tag_key: str | None = None
+
+    @property
+    def plain_tag(self) -> bool:
+        """A tag key that is a plain name: SQLite can read its value from the stored JSON by path."""
+        return self.kind == "tag" and self.tag_key is not None and bool(_PLAIN_TAG_KEY.fullmatch(self.tag_key))
+
+
+class StatsQuery(msgspec.Struct, frozen=True):
+    """Parameters of GET /builds/stats; `end_us` closes the window of a time grouping (`to`, or now)."""
+
+    filter: BuildFilter
+    group_by: GroupBy
+    end_us: int
+    limit: int = DEFAULT_GROUPS
+
+
+class BreakdownQuery(msgspec.Struct, frozen=True):
+    usage: UsageQuery
+    group_by: GroupBy
+
+
+class ExportQuery(msgspec.Struct, frozen=True):
+    filter: BuildFilter
+    format: str
+
+
+def _parse_group_by(params: _Params, allowed: tuple[str, ...]) -> GroupBy:
+    text = params.single("group_by")
+    if text is None:
+        return GroupBy("day")
+    if text.startswith(TAG_PREFIX):
+        if not text[len(TAG_PREFIX) :]:
+            params.fail("group_by", f"{text!r} needs a tag key, e.g. tag:project")
+        return GroupBy("tag", text[len(TAG_PREFIX) :])
+    if text not in allowed:
+        params.fail("group_by", f"{text!r} is not a grouping; allowed: {', '.join(allowed)}, tag:KEY")
+        return GroupBy("day")
+    return GroupBy(text)
+
+
+def parse_stats_query(pairs: Pairs, now_us: int) -> StatsQuery:
+    """Parameters of GET /builds/stats: the summary filters, `group_by` and `limit` on groups."""
+    params = _Params(pairs, (*_FILTER_PARAMS, "group_by", "limit"), _REPEATABLE)
+    build_filter = _parse_filter(params, now_us)
+    group_by = _parse_group_by(params, (*TIME_GROUPINGS, *VALUE_GROUPINGS))
+    limit = _parse_int(params, "limit", 1, MAX_GROUPS, DEFAULT_GROUPS)
+    end_us = build_filter.create_to_us
+    if end_us is None:
+        end_us = max(now_us, build_filter.create_from_us)
+    if group_by.kind in TIME_GROUPINGS:
+        period = US_PER_DAY if group_by.kind == "day" else US_PER_DAY // 24
+        periods = -(-end_us // period) - build_filter.create_from_us // period
+        if periods > MAX_TIME_GROUPS:
+            params.fail(
+                "group_by",
+                f"{group_by.kind} over this window makes {periods} groups, more than {MAX_TIME_GROUPS};"
+                " narrow create_time_from/create_time_to",
+            )
+    params.raise_if_failed()
+    return StatsQuery(filter=build_filter, group_by=group_by, end_us=end_us, limit=limit)
+
+
+def parse_breakdown_query(pairs: Pairs, now_us: int) -> BreakdownQuery:
+    """Parameters of GET /usage/breakdown: those of /usage and `group_by` (day, system or tag:KEY)."""
+    params = _Params(pairs, ("from", "to", "group_by"))
+    group_by = _parse_group_by(params, ("day", "system"))
+    # Unknown and repeated names are reported above; /usage's own parser reads the first of each date.
+    dates = [(name, values[0]) for name, values in params.values.items() if name != "group_by"]
+    try:
+        usage = parse_usage_query(dates, now_us)
+    except InvalidParams as exc:
+        raise InvalidParams([*params.errors, *exc.params]) from None
+    params.raise_if_failed()
+    return BreakdownQuery(usage=usage, group_by=group_by)
+
+
+def parse_export_query(pairs: Pairs, now_us: int) -> ExportQuery:
+    """Parameters of GET /builds/export: the filters of /builds without `limit`, and `format`."""
+    params = _Params(pairs, (*_FILTER_PARAMS, "derivation_path", "format"), _REPEATABLE)
+    build_filter = _parse_filter(params, now_us)
+    given = params.single("format")
+    export_format = "ndjson" if given is None else given
+    if export_format not in EXPORT_FORMATS:
+        params.fail("format", f"{export_format!r} is not an export format; allowed: {', '.join(EXPORT_FORMATS)}")
+    params.raise_if_failed()
+    return ExportQuery(filter=build_filter, format=export_format)
+
+
+# --- the dashboard page --------------------------------------------------------------------------
+
+DASHBOARD_WINDOWS = {"24h": US_PER_DAY, "7d": 7 * US_PER_DAY, "30d": 30 * US_PER_DAY, "90d": 90 * US_PER_DAY}
+DEFAULT_DASHBOARD_WINDOW = "7d"
+
+
+class DashboardQuery(msgspec.Struct, frozen=True):
+    window: str = DEFAULT_DASHBOARD_WINDOW
+    tags: tuple[tuple[str, str], ...] = ()
+
+
+def parse_dashboard_query(pairs: Pairs) -> DashboardQuery:
+    """Parameters of the dashboard page: `window` (24h, 7d, 30d, 90d) and `tags` as in /builds."""
+    params = _Params(pairs, ("window", "tags"), ("tags",))
+    window = params.single("window") or DEFAULT_DASHBOARD_WINDOW
+    if window not in DASHBOARD_WINDOWS:
+        params.fail("window", f"{window!r} is not a window; allowed: {', '.join(DASHBOARD_WINDOWS)}")
+    tags = _parse_tags(params)
+    params.raise_if_failed()
+    return DashboardQuery(window=window, tags=tags)
+

@@ -269,3 +269,57 @@ class InvalidRecordsProblem(Problem):
 
     invalid_records: list[InvalidRecord] | None = None
     invalid_record_count: int | None = None
+
+
+# --- insights ---------------------------------------------------------------------------------
+
+
+class Percentiles(msgspec.Struct):
+    """Exact percentiles by the nearest-rank method, and the maximum, in seconds."""
+
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    max: float
+
+
+class BuildStatsGroup(msgspec.Struct):
+    """Counts, rates, CPU and time percentiles over one group of builds."""
+
+    key: Annotated[
+        str,
+        msgspec.Meta(
+            description="The UTC date `YYYY-MM-DD`, the hour as RFC 3339, or the system, status, derivation "
+            "name, derivation path or tag value."
+        ),
+    ]
+    build_count: int
+    running_build_count: int
+    discarded_build_count: int
+    failed_build_count: int
+    successful_build_count: int
+    success_rate: Annotated[
+        float | None, msgspec.Meta(description="built / (built + failed); null when both are zero.")
+    ]
+    total_cpu_seconds: int
+    billable_cpu_seconds: int
+    duration_seconds: Annotated[
+        Percentiles | None, msgspec.Meta(description="Over the group's builds with a duration; null when none.")
+    ]
+    queue_time_seconds: Percentiles | None
+
+
+class UsageBreakdownGroup(msgspec.Struct):
+    """Billable usage of one group; `key` is null for builds without the grouping tag."""
+
+    key: str | None
+    billable_cpu_seconds: int
+    billable_build_count: int
+
+
+class DashboardURL(msgspec.Struct):
+    """A signed, time-limited web address for the account's dashboard page."""
+
+    url: str
+    expires_at: datetime

@@ -1,13 +1,16 @@
-"""Signed build links: account, build id and expiry inside, signed with the newest key, checked with all."""
+"""Signed links: build pages and dashboards, their claims inside, signed with the newest key, checked with all."""
 
 from __future__ import annotations
 
 import hmac
+from typing import Generic, TypeVar
 
 import msgspec
 from itsdangerous import BadSignature, URLSafeSerializer
 
 SALT = "buildreport.build-link.v1"
+# A different salt: a build link never opens a dashboard, and a dashboard link never opens a build.
+DASHBOARD_SALT = "buildreport.dashboard.v1"
 
 
 class LinkClaims(msgspec.Struct, frozen=True, array_like=True):
@@ -16,26 +19,37 @@ class LinkClaims(msgspec.Struct, frozen=True, array_like=True):
     expires_us: int
 
 
-class LinkSigner:
-    def __init__(self, secret_keys: tuple[str, ...]) -> None:
+class DashboardClaims(msgspec.Struct, frozen=True, array_like=True):
+    account_id: int
+    expires_us: int
+
+
+Claims = TypeVar("Claims", LinkClaims, DashboardClaims)
+
+
+class Signer(Generic[Claims]):
+    """Signs claims into the path of a link (`{base}/{path}/{token}`) and verifies what comes back."""
+
+    def __init__(self, secret_keys: tuple[str, ...], claims: type[Claims], salt: str, path: str) -> None:
         if not secret_keys:
             raise ValueError("at least one signing key is needed")
+        self._claims = claims
+        self._path = path
         # itsdangerous signs with the last key and accepts any of them: keys are listed oldest first.
-        self._serializer = URLSafeSerializer(list(secret_keys), salt=SALT)
-        self._each_key = [URLSafeSerializer(key, salt=SALT) for key in secret_keys]
+        self._serializer = URLSafeSerializer(list(secret_keys), salt=salt)
+        self._each_key = [URLSafeSerializer(key, salt=salt) for key in secret_keys]
 
-    def sign(self, claims: LinkClaims) -> str:
+    def sign(self, claims: Claims) -> str:
         return self._serializer.dumps(msgspec.to_builtins(claims))
 
-    def link_url(self, base_url: str, claims: LinkClaims) -> str:
-        """The absolute address of the build page these claims open."""
-        return f"{base_url}/b/{self.sign(claims)}"
+    def link_url(self, base_url: str, claims: Claims) -> str:
+        """The absolute address of the page these claims open."""
+        return f"{base_url}/{self._path}/{self.sign(claims)}"
 
-    def verify(self, token: str) -> LinkClaims | None:
+    def verify(self, token: str) -> Claims | None:
         """The claims of a token this server signed, or None when the signature is wrong or the text altered."""
         try:
-            payload = self._serializer.loads(token)
-            claims = msgspec.convert(payload, LinkClaims)
+            claims = msgspec.convert(self._serializer.loads(token), self._claims)
         except (BadSignature, msgspec.ValidationError, TypeError):
             return None
         # itsdangerous decodes base64 leniently (added padding, other unused bits in the last character):
@@ -45,3 +59,17 @@ class LinkSigner:
         if not any(hmac.compare_digest(each.dumps(canonical).encode(), presented) for each in self._each_key):
             return None
         return claims
+
+
+class LinkSigner(Signer[LinkClaims]):
+    """Links to one build's page and log."""
+
+    def __init__(self, secret_keys: tuple[str, ...]) -> None:
+        super().__init__(secret_keys, LinkClaims, SALT, "b")
+
+
+class DashboardSigner(Signer[DashboardClaims]):
+    """Links to an account's dashboard, with the same keys and rotation as build links."""
+
+    def __init__(self, secret_keys: tuple[str, ...]) -> None:
+        super().__init__(secret_keys, DashboardClaims, DASHBOARD_SALT, "d")

@@ -9,7 +9,8 @@ import secrets
 
 TOKEN_PREFIX = "brt_"
 TOKEN_ID_PREFIX = "tok_"
-SCOPES = ("build:read", "build:write")
+SCOPES = ("build:read", "build:write", "metrics:read")
+METRICS_SCOPE = "metrics:read"
 READ_SCOPE = "build:read"
 WRITE_SCOPE = "build:write"
 TOKEN_SHAPE = re.compile(r"brt_[A-Za-z0-9_-]{43}")

@@ -1,8 +1,9 @@
 """What the OpenAPI document says in words but its schema language cannot: schemathesis learns it here.
 
-Loaded by tests/test_docs.py through SCHEMATHESIS_HOOKS. One rule spans two parameters: a `from` must not
-be later than its `to` (the document says so in their descriptions; each value alone is valid). A request
-that breaks only that rule is sent with the two values in order; every other request goes as generated.
+Loaded by tests/test_docs.py through SCHEMATHESIS_HOOKS. Two rules span several parameters (the document
+says so in their descriptions; each value alone is valid): a `from` must not be later than its `to`, and a
+time grouping of /builds/stats covers at most MAX_TIME_GROUPS days or hours. A request that breaks only such
+a rule is sent with the values put right; every other request goes as generated.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 
 import schemathesis
 
-from buildreport.times import parse_date, parse_moment
+from buildreport.filters import MAX_TIME_GROUPS
+from buildreport.times import US_PER_DAY, format_us, now_us, parse_date, parse_moment
 
 RANGES = (("create_time_from", "create_time_to", parse_moment), ("from", "to", parse_date))
 
@@ -32,3 +34,18 @@ def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
         low, high = _parsed(parse, query.get(low_name)), _parsed(parse, query.get(high_name))
         if low is not None and high is not None and low > high:
             query[low_name], query[high_name] = query[high_name], query[low_name]
+
+    _bound_time_groups(query)
+
+
+def _bound_time_groups(query: dict[str, Any]) -> None:
+    """Start a day or hour grouping late enough that its window holds at most MAX_TIME_GROUPS periods."""
+    grouping = query.get("group_by")
+    period = {"day": US_PER_DAY, "hour": US_PER_DAY // 24}.get(grouping) if isinstance(grouping, str) else None
+    if period is None:
+        return
+    high = _parsed(parse_moment, query.get("create_time_to"))
+    high = now_us() if high is None else high
+    low = _parsed(parse_moment, query.get("create_time_from"))
+    if low is not None and high - low > (MAX_TIME_GROUPS - 1) * period:
+        query["create_time_from"] = format_us(high - (MAX_TIME_GROUPS - 1) * period)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from buildreport.filters import BuildFilter, Cursor, ListQuery, UsageQuery
+from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildStatus
-from buildreport.store import queries
+from buildreport.store import queries, stats_queries
 from buildreport.store.schema import attach_auth, open_database
 from buildreport.store.writer import builds_by_source
 
@@ -36,6 +36,28 @@ QUERIES = {
     "log": queries.get_log(1, 5),
     "token": queries.token_by_digest(b"x" * 32),
     "builds by source id (POST /builds)": builds_by_source(1, ["runner-1:a", "runner-1:b"]),
+    **{
+        f"stats by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind, "project" if kind == "tag" else None))
+        for name, f in FILTERS.items()
+        if f.derivation_path is None
+        for kind in ("day", "system", "tag")
+    },
+    **{
+        f"dashboard rows by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind), exact=False)
+        for name, f in FILTERS.items()
+        if f.derivation_path is None
+        for kind in ("day", "derivation_path")
+    },
+    **{
+        f"usage by {kind}, {name}": query(1, UsageQuery(from_us=1, to_us=to))
+        for kind, query in (
+            ("day", stats_queries.usage_by_day),
+            ("system", stats_queries.usage_by_system),
+            ("tag", stats_queries.usage_tags),
+        )
+        for name, to in (("open", None), ("closed", 2))
+    },
+    **{f"export page, {name}": stats_queries.export_page(1, f, Cursor(5, 6), 2000) for name, f in FILTERS.items()},
 }
 
 
@@ -64,3 +86,23 @@ def test_lists_need_no_sort_step(conn):
         sql, params = queries.list_builds(1, ListQuery(filter=f))
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
         assert not any("TEMP B-TREE" in step for step in plan), f"{name}: {plan}"
+
+
+def test_export_pages_need_no_sort_step(conn):
+    """An export reads each page straight from the index in list order, whatever the window's size."""
+    for name, f in FILTERS.items():
+        sql, params = stats_queries.export_page(1, f, Cursor(5, 6), 2000)
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        assert not any("TEMP B-TREE" in step for step in plan), f"{name}: {plan}"
+
+
+@pytest.mark.parametrize(
+    "query", [stats_queries.account_totals_since(1), stats_queries.account_build_counts()], ids=["last day", "stored"]
+)
+def test_metrics_walk_only_the_accounts_and_read_totals_by_key(conn, query):
+    """/metrics answers one row per account, so it lists the accounts; each one's figures come by their key."""
+    sql, params = query
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    scans = [step for step in plan if step.startswith("SCAN")]
+    assert all(step.startswith("SCAN a") for step in scans), plan
+    assert any(step.startswith("SEARCH") and "PRIMARY KEY" in step for step in plan), plan

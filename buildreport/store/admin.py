@@ -51,3 +51,9 @@ def revoke_token(conn: sqlite3.Connection, token_id: str, now_us: int) -> bool:
         "UPDATE tokens SET revoked_us = coalesce(revoked_us, ?) WHERE token_id = ?", (now_us, token_id)
     )
     return cur.rowcount > 0
+
+
+def account_id(conn: sqlite3.Connection, name: str) -> int | None:
+    """The id of an account of the builds database, or None before its first build."""
+    row = conn.execute("SELECT account_id FROM accounts WHERE name = ?", (name,)).fetchone()
+    return row[0] if row is not None else None

@@ -6,14 +6,15 @@ import asyncio
 import logging
 import os
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiosqlite
 import msgspec
 
-from buildreport.filters import BuildFilter, Cursor, ListQuery, UsageQuery
+from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildSummary, Usage
-from buildreport.store import queries
+from buildreport.store import queries, stats_queries
 from buildreport.store.schema import CONNECTION_PRAGMAS, attach_auth, auth_path, connect_existing, rw_uri
 from buildreport.times import US_PER_SECOND
 
@@ -41,6 +42,8 @@ class BuildPage(msgspec.Struct):
 log = logging.getLogger("buildreport.store")
 # The WAL index header (the first 48 bytes of the -shm file) changes with every commit of any process.
 _WAL_INDEX_HEADER = 48
+# Builds an export reads at a time.
+EXPORT_PAGE = 2_000
 
 
 async def _connect(path: Path | str) -> aiosqlite.Connection:
@@ -191,6 +194,43 @@ class Reader:
     async def log(self, account_id: int, build_id: int) -> tuple[int, bytes] | None:
         rows = await self._rows(queries.get_log(account_id, build_id))
         return (rows[0][0], rows[0][1]) if rows else None
+
+    # --- insights (statistics, usage by group, export) -------------------------------------------
+
+    async def stats_rows(
+        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, exact: bool = True
+    ) -> list[tuple]:
+        return await self._rows(stats_queries.stats_rows(account_id, build_filter, group_by, exact))
+
+    async def usage_rows(self, account_id: int, query: UsageQuery, group_by: GroupBy) -> list[tuple]:
+        """Usage rows for a breakdown: by day and by system summed in SQL, by tag one row a build."""
+        if group_by.kind == "day":
+            return await self._rows(stats_queries.usage_by_day(account_id, query))
+        if group_by.kind == "system":
+            return await self._rows(stats_queries.usage_by_system(account_id, query))
+        return await self._rows(stats_queries.usage_tags(account_id, query))
+
+    async def export_pages(
+        self, account_id: int, build_filter: BuildFilter, size: int = EXPORT_PAGE
+    ) -> AsyncIterator[list[bytes]]:
+        """Every matching build's JSON in list order, `size` at a time: memory stays one page whatever
+        the number of builds, and other requests are served between pages."""
+        cursor: Cursor | None = None
+        while True:
+            rows = await self._rows(stats_queries.export_page(account_id, build_filter, cursor, size))
+            if not rows:
+                return
+            yield [row[2] for row in rows]
+            if len(rows) < size:
+                return
+            cursor = Cursor(create_us=rows[-1][0], build_id=rows[-1][1])
+
+    async def account_figures(self, since_us: int) -> tuple[list[tuple], list[tuple]]:
+        """For /metrics: per account and status the builds and CPU seconds since `since_us` (whole hours),
+        and per account the builds stored."""
+        recent = await self._rows(stats_queries.account_totals_since(since_us))
+        stored = await self._rows(stats_queries.account_build_counts())
+        return recent, stored
 
 
 def _least(values: list[int | None]) -> int | None:

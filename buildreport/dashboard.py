@@ -1,0 +1,310 @@
+"""The account's dashboard: a signed page, opened without a token, drawn entirely on the server.
+
+`GET /dashboard/url` (a build:read token) answers a signed link to `/d/{token}`; the token carries the
+account and the expiry, signed like build links but with a salt of its own. The page reads the window's
+builds once (the rows of /builds/stats) and computes every figure from them with stats.py, so the page
+and the API can never disagree. Charts are SVG (charts.py); no JavaScript, the build page's CSP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import msgspec
+from litestar import Request, Response, Router, get
+from litestar.params import PathParameter, QueryParameter
+
+from buildreport import charts, filters, humanize
+from buildreport.api import _errors, _integer, _ok, _principal, json_response, query_pairs
+from buildreport.errors import Problem
+from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
+from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
+from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
+from buildreport.stats import Newest, build_stats, build_stats_with_newest, derivation_name
+from buildreport.store.reader import Reader
+from buildreport.times import US_PER_DAY, US_PER_SECOND, from_us, month_start_us, now_us
+from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view
+
+WINDOW_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "90d": "90 days"}
+TOP = 10  # rows in each derivation table
+RUNNING_LOOKBACK_US = 7 * US_PER_DAY
+_BUILDS = msgspec.json.Decoder(list[Build])
+
+
+# --- the link ------------------------------------------------------------------------------------
+
+
+@get(
+    "/dashboard/url",
+    operation_id="getDashboardUrl",
+    summary="A signed, time-limited web link to the account's dashboard page",
+    description="The page opens in a browser without a token: builds per day by outcome, success rate, duration "
+    "percentiles, CPU hours, this month's usage against last month's, the slowest, most failing and flaky "
+    "derivations and the builds running now.",
+    responses={200: _ok(DashboardURL, "The link."), **_errors(400, 401, 403, 429)},
+)
+async def get_dashboard_url(
+    request: Request[Any, Any, Any],
+    ttl_seconds: Annotated[
+        str | None,
+        QueryParameter(
+            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=_integer(1, 604_800, 3_600)
+        ),
+    ] = None,
+) -> Response[bytes]:
+    ttl = filters.parse_ttl(query_pairs(request))
+    # Whole seconds, rounded up, as for build links: `expires_at` is exactly what the page enforces.
+    expires_us = -(-(now_us() + ttl * US_PER_SECOND) // US_PER_SECOND) * US_PER_SECOND
+    signer: DashboardSigner = request.app.state.dashboard_signer
+    url = signer.link_url(
+        request.app.state.settings.base_url, DashboardClaims(_principal(request).account_id, expires_us)
+    )
+    return json_response(request, msgspec.json.encode(DashboardURL(url=url, expires_at=from_us(expires_us))))
+
+
+# --- what the page shows ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildLink:
+    build_id: int
+    url: str
+    name: str
+    status: Any  # web.StatusView
+    create_us: int
+
+
+@dataclass(frozen=True)
+class DerivationLine:
+    group: BuildStatsGroup
+    latest: BuildLink
+
+
+@dataclass(frozen=True)
+class Totals:
+    builds: int
+    successful: int
+    failed: int
+    discarded: int
+    running: int
+    success_rate: float | None
+    cpu_hours: float
+
+
+class _Links:
+    """Signed build links that live exactly as long as the dashboard link that shows them."""
+
+    def __init__(self, request: Request[Any, Any, Any], claims: DashboardClaims) -> None:
+        self._signer: LinkSigner = request.app.state.signer
+        self._base = request.app.state.settings.base_url
+        self._claims = claims
+
+    def to(self, build_id: int, derivation_path: str, status: str, create_us: int) -> BuildLink:
+        url = self._signer.link_url(self._base, LinkClaims(self._claims.account_id, build_id, self._claims.expires_us))
+        return BuildLink(build_id, url, derivation_name(derivation_path), status_view(BuildStatus(status)), create_us)
+
+    def newest(self, newest: Newest) -> BuildLink:
+        """A link to a group's newest build, whose row's value is its derivation path."""
+        return self.to(newest.build_id, newest.value, newest.status, newest.create_us)
+
+
+def _totals(groups: Sequence[BuildStatsGroup]) -> Totals:
+    successful = sum(g.successful_build_count for g in groups)
+    failed = sum(g.failed_build_count for g in groups)
+    return Totals(
+        builds=sum(g.build_count for g in groups),
+        successful=successful,
+        failed=failed,
+        discarded=sum(g.discarded_build_count for g in groups),
+        running=sum(g.running_build_count for g in groups),
+        success_rate=successful / (successful + failed) if successful + failed else None,
+        cpu_hours=sum(g.total_cpu_seconds for g in groups) / 3600,
+    )
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.1f} h" if value < 100 else f"{value:,.0f} h"
+
+
+def _seconds(value: float) -> str:
+    return humanize.duration(value)
+
+
+def _charts(periods: Sequence[BuildStatsGroup], kind: str) -> dict[str, Any]:
+    labels = [g.key[5:] if kind == "day" else g.key[11:16] for g in periods]
+    unit = "day" if kind == "day" else "hour"
+    return {
+        "outcomes": charts.stacked_bars(
+            f"Builds per {unit} by outcome",
+            labels,
+            [
+                charts.Series("successful", "s-ok", [g.successful_build_count for g in periods]),
+                charts.Series("failed", "s-failed", [g.failed_build_count for g in periods]),
+                charts.Series("discarded", "s-discarded", [g.discarded_build_count for g in periods]),
+                charts.Series("running", "s-running", [g.running_build_count for g in periods]),
+            ],
+            lambda v: f"{v:,.0f}",
+        ),
+        "success": charts.lines(
+            f"Success rate per {unit}",
+            labels,
+            [charts.Series("success rate", "s-ok", [g.success_rate for g in periods])],
+            humanize.percent,
+        ),
+        "duration": charts.lines(
+            f"Build duration per {unit}, p50 and p95",
+            labels,
+            [
+                charts.Series(
+                    "p50", "s-p50", [g.duration_seconds.p50 if g.duration_seconds else None for g in periods]
+                ),
+                charts.Series(
+                    "p95", "s-p95", [g.duration_seconds.p95 if g.duration_seconds else None for g in periods]
+                ),
+            ],
+            _seconds,
+        ),
+        "cpu": charts.stacked_bars(
+            f"CPU hours per {unit}",
+            labels,
+            [charts.Series("CPU hours", "s-cpu", [g.total_cpu_seconds / 3600 for g in periods])],
+            _hours,
+        ),
+    }
+
+
+def _usage_chart(this_month: Usage, last_month: Usage) -> Any:
+    rows = [
+        ("Last month", last_month.billable_cpu_seconds / 3600, _hours(last_month.billable_cpu_seconds / 3600)),
+        ("This month", this_month.billable_cpu_seconds / 3600, _hours(this_month.billable_cpu_seconds / 3600)),
+    ]
+    return charts.compare("Billable CPU hours, this month against last month", rows, ["s-last", "s-cpu"])
+
+
+def _page_url(prefix: str, token: str, window: str, tags: Sequence[tuple[str, str]]) -> str:
+    query = [("window", window)] + ([("tags", ",".join(f"{k}:{v}" for k, v in tags))] if tags else [])
+    return f"{prefix}/d/{token}?{urlencode(query)}"
+
+
+# --- the page ---------------------------------------------------------------------------------------
+
+
+class DashboardPage(Exception):
+    """An answer other than the dashboard: an error page with its status code."""
+
+    def __init__(self, status: int, title: str, kind: str, expired: Any = None) -> None:
+        super().__init__(title)
+        self.status, self.title, self.kind, self.expired = status, title, kind, expired
+
+
+def _page_error(request: Request[Any, Any, Any], exc: DashboardPage) -> Response[bytes]:
+    return _render(
+        request,
+        "dashboard_error.html",
+        exc.status,
+        icon="link",
+        title=exc.title,
+        kind=exc.kind,
+        expired=exc.expired,
+        status_code=exc.status,
+    )
+
+
+def _parse_page(request: Request[Any, Any, Any]) -> DashboardQuery:
+    try:
+        return filters.parse_dashboard_query(query_pairs(request))
+    except filters.InvalidParams as exc:
+        raise Problem(
+            400,
+            str(exc.detail),
+            headers=PAGE_HEADERS,
+            invalid_params=[{"name": p.name, "reason": p.reason} for p in exc.params],
+        ) from None
+
+
+@get("/{token:str}", include_in_schema=False)
+async def dashboard_page(
+    request: Request[Any, Any, Any], token: Annotated[str, PathParameter(description="A signed dashboard link.")]
+) -> Response[bytes]:
+    signer: DashboardSigner = request.app.state.dashboard_signer
+    claims = signer.verify(token)
+    if claims is None:
+        raise DashboardPage(403, "This link is not valid", "invalid")
+    now = now_us()
+    if claims.expires_us <= now:
+        raise DashboardPage(410, "This link has expired", "expired", from_us(claims.expires_us))
+    query = _parse_page(request)
+    reader: Reader = request.app.state.reader
+    account = claims.account_id
+    kind = "hour" if query.window == "24h" else "day"
+    window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], tags=query.tags)
+    # Durations to the microsecond (the page shows seconds) and no queue times: no build's JSON is read.
+    period_rows = await reader.stats_rows(account, window, GroupBy(kind), exact=False)
+    periods = build_stats(period_rows, StatsQuery(window, GroupBy(kind), end_us=now))
+    by_path = await reader.stats_rows(account, window, GroupBy("derivation_path"), exact=False)
+    by_name = groups_with_newest(by_path, window, "derivation", now)
+    by_path_groups = groups_with_newest(by_path, window, "derivation_path", now)
+    month = month_start_us(now)
+    this_month = await reader.usage(account, filters.UsageQuery(from_us=month))
+    last_month = await reader.usage(account, filters.UsageQuery(from_us=month_start_us(month - 1), to_us=month))
+    running_filter = BuildFilter(create_from_us=now - RUNNING_LOOKBACK_US, statuses=tuple(UNFINISHED), tags=query.tags)
+    running = _BUILDS.decode((await reader.list_builds(account, ListQuery(filter=running_filter, limit=20))).body)
+    failed_filter = msgspec.structs.replace(window, statuses=tuple(sorted(FAILED)))
+    failures = _BUILDS.decode((await reader.list_builds(account, ListQuery(filter=failed_filter, limit=TOP))).body)
+    links = _Links(request, claims)
+    slowest = sorted(
+        (line for line in by_name if line[0].duration_seconds),
+        key=lambda line: (-line[0].duration_seconds.p95, line[0].key),  # type: ignore[union-attr]
+    )
+    failing = sorted(
+        (line for line in by_name if line[0].failed_build_count),
+        key=lambda line: (-line[0].failed_build_count, line[0].key),
+    )
+    flaky = sorted(
+        (line for line in by_path_groups if line[0].failed_build_count and line[0].successful_build_count),
+        key=lambda line: (-line[0].failed_build_count, line[0].key),
+    )
+    prefix = _prefix(request)
+    return _render(
+        request,
+        "dashboard.html",
+        icon="ok",
+        window=query.window,
+        window_label=WINDOW_LABELS[query.window],
+        windows=[(w, WINDOW_LABELS[w], _page_url(prefix, token, w, query.tags)) for w in DASHBOARD_WINDOWS],
+        tags=query.tags,
+        clear_tags_url=_page_url(prefix, token, query.window, ()),
+        tag_url=lambda key, value: _page_url(prefix, token, query.window, [*query.tags, (key, value)]),
+        totals=_totals(periods),
+        charts=_charts(periods, kind),
+        usage_chart=_usage_chart(this_month, last_month),
+        this_month=this_month,
+        last_month=last_month,
+        slowest=[DerivationLine(g, links.newest(newest)) for g, newest, _ in slowest[:TOP] if newest],
+        failing=[DerivationLine(g, links.newest(failed)) for g, _, failed in failing[:TOP] if failed],
+        flaky=[DerivationLine(g, links.newest(failed)) for g, _, failed in flaky[:TOP] if failed],
+        failures=[links.to(b.build_id, b.derivation_path, b.build_status.value, 0) for b in failures],
+        running=[(b, links.to(b.build_id, b.derivation_path, b.build_status.value, 0)) for b in running],
+        expires=from_us(claims.expires_us),
+        hours=_hours,
+        seconds=_seconds,
+    )
+
+
+def groups_with_newest(rows: Sequence[tuple], window: BuildFilter, kind: str, now: int) -> list[tuple]:
+    """Every value group of the rows (no limit) with its newest builds: the derivation tables pick from them."""
+    return build_stats_with_newest(
+        rows, StatsQuery(filter=window, group_by=GroupBy(kind), end_us=now, limit=max(len(rows), 1))
+    )
+
+
+def dashboard_router() -> Router:
+    return Router(
+        path="/d",
+        route_handlers=[dashboard_page],
+        exception_handlers={DashboardPage: _page_error},
+        include_in_schema=False,
+    )

@@ -1,0 +1,137 @@
+"""`GET /metrics`: Prometheus text format through prometheus_client, across every uvicorn worker.
+
+Request counts and latencies by route come from Litestar's Prometheus middleware (route templates, so a
+signed link never becomes a label). `buildreport serve` points PROMETHEUS_MULTIPROC_DIR at a temporary
+folder before its workers start, so each worker writes its samples there and a scrape of any worker
+adds them all up. Per-account figures and the database's size are read from the database at scrape time.
+
+Open to a token with the `metrics:read` scope, or, with `serve --metrics-loopback`, to loopback clients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from litestar import Request, Response, Router, get
+from litestar.plugins.prometheus import PrometheusConfig
+from litestar.types import ASGIApp, Receive, Scope, Send
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from buildreport.auth import AuthMiddleware
+from buildreport.store.reader import Reader
+from buildreport.store.totals import hour_of
+from buildreport.times import US_PER_DAY, now_us
+from buildreport.tokens import METRICS_SCOPE
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+PREFIX = "buildreport"
+HOUR_US = US_PER_DAY // 24
+# The text exposition format every Prometheus version reads (Litestar adds the charset).
+CONTENT_TYPE = "text/plain; version=0.0.4"
+
+
+def prometheus_config() -> PrometheusConfig:
+    """Requests by route template, method and status; latency histogram; requests in progress."""
+    return PrometheusConfig(app_name=PREFIX, prefix=PREFIX, group_path=True, exclude_unhandled_paths=True)
+
+
+def _loopback(scope: Scope) -> bool:
+    client = scope.get("client")
+    if not client:
+        return False
+    try:
+        return ipaddress.ip_address(client[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class MetricsAuth(AuthMiddleware):
+    """The API's token check with the metrics:read scope; skipped for loopback clients when configured."""
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        if scope["litestar_app"].state.settings.metrics_loopback and _loopback(scope):
+            await next_app(scope, receive, send)
+            return
+        await super().handle(scope, receive, send, next_app)
+
+
+class _Figures(Collector):
+    """Gauges read from the database for one scrape."""
+
+    def __init__(self, recent: list[tuple], stored: list[tuple], db_bytes: int) -> None:
+        self._recent, self._stored, self._db_bytes = recent, stored, db_bytes
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        builds = GaugeMetricFamily(
+            f"{PREFIX}_account_builds_last_day",
+            "Builds created in the current UTC hour and the 23 before it, by account and status.",
+            labels=["account", "status"],
+        )
+        cpu = GaugeMetricFamily(
+            f"{PREFIX}_account_cpu_seconds_last_day",
+            "CPU seconds of the builds created in the current UTC hour and the 23 before it, by account and status.",
+            labels=["account", "status"],
+        )
+        for account, status, count, cpu_seconds in self._recent:
+            builds.add_metric([account, status], count)
+            cpu.add_metric([account, status], cpu_seconds)
+        stored = GaugeMetricFamily(
+            f"{PREFIX}_builds_stored",
+            "Builds in the database by account; its rate is builds written.",
+            labels=["account"],
+        )
+        for account, count in self._stored:
+            stored.add_metric([account], count)
+        size = GaugeMetricFamily(f"{PREFIX}_database_bytes", "Size of the database file and its write-ahead log.")
+        size.add_metric([], self._db_bytes)
+        yield from (builds, cpu, stored, size)
+
+
+def database_bytes(path: str) -> int:
+    total = 0
+    for name in (path, path + "-wal"):
+        with contextlib.suppress(OSError):  # no write-ahead log right now
+            total += Path(name).stat().st_size
+    return total
+
+
+def _process_registry() -> Any:
+    """Every worker's samples in multiprocess mode, else this process's own."""
+    if os.environ.get(MULTIPROC_ENV):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
+
+
+@get("/metrics", operation_id="metrics", summary="Prometheus metrics", include_in_schema=False)
+async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+    reader: Reader = request.app.state.reader
+    recent, stored = await reader.account_figures(hour_of(now_us()) - 23 * HOUR_US)
+    figures = CollectorRegistry()
+    figures.register(_Figures(recent, stored, database_bytes(request.app.state.settings.db)))
+    body = generate_latest(_process_registry()) + generate_latest(figures)
+    return Response(content=body, media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})
+
+
+def metrics_router() -> Router:
+    return Router(
+        path="/",
+        route_handlers=[metrics],
+        middleware=[MetricsAuth("reader", None)],
+        opt={"scope": METRICS_SCOPE},
+        include_in_schema=False,
+    )
+
+
+def worker_stopped() -> None:
+    """Drop this worker's live gauges (requests in progress) from the shared folder as it exits."""
+    if os.environ.get(MULTIPROC_ENV):
+        multiprocess.mark_process_dead(os.getpid())

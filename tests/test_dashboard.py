@@ -1,0 +1,281 @@
+"""The dashboard: its signed link, the page's figures against the API's, and the page in a real browser."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import test_browser as tb
+from conftest import TEST_KEY, Env, auth
+from test_stats import RECORDS
+
+from buildreport.cli import sample_data_path
+from buildreport.demo import prepare_demo
+from buildreport.signing import DashboardClaims, DashboardSigner, LinkSigner
+from buildreport.stats import derivation_name
+from buildreport.store.schema import open_database
+from buildreport.times import US_PER_SECOND, now_us
+
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot-dashboard.png"
+browser = tb.browser  # the module-scoped headless Chromium of the build page tests
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    env = Env(tmp_path_factory.mktemp("dashboard"))
+    env.load(RECORDS)
+    secret = env.token()
+    with env.client() as client:
+        yield env, client, secret
+
+
+def dashboard_path(client, secret: str, **params: Any) -> str:
+    response = client.get("/dashboard/url", params=params, headers=auth(secret))
+    assert response.status_code == 200, response.text
+    url = response.json()["url"]
+    assert url.startswith("http://testserver.local/d/")
+    return url.removeprefix("http://testserver.local")
+
+
+def text_of(html: str) -> str:
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def test_dashboard_url_expires_when_it_says(api):
+    _, client, secret = api
+    before = time.time()
+    body = client.get("/dashboard/url", params={"ttl_seconds": 600}, headers=auth(secret)).json()
+    expires = body["expires_at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", expires)
+    token = body["url"].rsplit("/", 1)[1]
+    claims = DashboardSigner((TEST_KEY,)).verify(token)
+    assert claims is not None and before + 600 <= claims.expires_us / US_PER_SECOND <= time.time() + 601
+
+
+@pytest.mark.parametrize("ttl", ["0", "604801", "x", "-5"])
+def test_dashboard_url_ttl_is_bounded(api, ttl):
+    _, client, secret = api
+    response = client.get("/dashboard/url", params={"ttl_seconds": ttl}, headers=auth(secret))
+    assert response.status_code == 400
+    assert response.json()["invalid_params"][0]["name"] == "ttl_seconds"
+
+
+def test_dashboard_url_needs_a_read_token(api):
+    env, client, _ = api
+    assert client.get("/dashboard/url").status_code == 401
+    writer = env.token(scopes=("build:write",))
+    assert client.get("/dashboard/url", headers=auth(writer)).status_code == 403
+
+
+def test_a_build_link_never_opens_a_dashboard_and_back(api):
+    _, client, secret = api
+    dashboard_token = dashboard_path(client, secret).rsplit("/", 1)[1]
+    build_url = client.get("/builds/5/url", headers=auth(secret)).json()["url"]
+    build_token = build_url.rsplit("/", 1)[1]
+    assert client.get(f"/d/{build_token}").status_code == 403
+    assert client.get(f"/b/{dashboard_token}").status_code == 403
+    assert LinkSigner((TEST_KEY,)).verify(dashboard_token) is None
+    assert DashboardSigner((TEST_KEY,)).verify(build_token) is None
+
+
+def test_expired_and_altered_dashboard_links_say_so(api):
+    _, client, _ = api
+    signer = DashboardSigner((TEST_KEY,))
+    expired = signer.link_url("", DashboardClaims(1, (int(time.time()) - 7200) * US_PER_SECOND))
+    response = client.get(expired)
+    assert response.status_code == 410
+    assert "This link has expired" in response.text and "2 hours ago" in text_of(response.text)
+    assert response.headers["cache-control"] == "no-store"
+    altered = signer.link_url("", DashboardClaims(1, (int(time.time()) + 7200) * US_PER_SECOND))[:-2] + "xx"
+    assert client.get(altered).status_code == 403
+
+
+def test_dashboard_page_has_the_strict_headers_and_no_script(api):
+    _, client, secret = api
+    response = client.get(dashboard_path(client, secret))
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
+    assert response.headers["content-security-policy"].startswith("default-src 'none'")
+    assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+    assert response.headers["cache-control"] == "no-store"
+    assert "<script" not in response.text and " style=" not in response.text
+    assert response.text.count("<svg") >= 5
+
+
+@pytest.mark.parametrize("window", ["24h", "7d", "30d", "90d"])
+def test_dashboard_figures_are_those_of_the_api(api, window):
+    _, client, secret = api
+    page = client.get(dashboard_path(client, secret) + f"?window={window}")
+    assert page.status_code == 200
+    text = text_of(page.text)
+    groups = client.get(
+        "/builds/stats",
+        params={"group_by": "derivation_path", "limit": 1000, "create_time_from": f"{window_start(window)}"},
+        headers=auth(secret),
+    ).json()
+    builds = sum(g["build_count"] for g in groups)
+    assert f"Builds {builds:,}" in text
+    flaky = [g for g in groups if g["failed_build_count"] and g["successful_build_count"]]
+    flaky.sort(key=lambda g: (-g["failed_build_count"], g["key"]))
+    shown = re.search(r'id="flaky-h".*?</section>', page.text, re.S)
+    assert shown is not None
+    assert re.findall(r'<th scope="row" class="path">([^<]+)</th>', shown.group(0)) == [g["key"] for g in flaky[:10]]
+    if not flaky:
+        assert "Flaky derivations the same derivation path both failed and succeeded in this window None" in text
+
+
+def window_start(window: str) -> str:
+    from buildreport.filters import DASHBOARD_WINDOWS
+    from buildreport.times import format_us
+
+    return format_us(now_us() - DASHBOARD_WINDOWS[window])
+
+
+def test_the_tag_filter_narrows_every_figure(api):
+    _, client, secret = api
+    path = dashboard_path(client, secret)
+    page = client.get(path, params={"window": "7d", "tags": "project:web"})
+    assert page.status_code == 200
+    text = text_of(page.text)
+    assert "Only builds tagged project:web" in text
+    params = {"group_by": "status", "tags": "project:web", "create_time_from": window_start("7d")}
+    groups = client.get("/builds/stats", params=params, headers=auth(secret)).json()
+    assert f"Builds {sum(g['build_count'] for g in groups):,}" in text
+
+
+@pytest.mark.parametrize("params", [{"window": "1y"}, {"tags": "novalue"}, {"when": "now"}])
+def test_bad_page_parameters_are_a_400(api, params):
+    _, client, secret = api
+    response = client.get(dashboard_path(client, secret), params=params)
+    assert response.status_code == 400
+    assert response.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+def test_derivation_tables_link_each_derivation_to_its_newest_build(api):
+    _, client, secret = api
+    page = client.get(dashboard_path(client, secret) + "?window=7d").text
+    links = re.findall(r'<a href="(http://testserver.local/b/[^"]+)">build (\d+)</a>', page)
+    assert links
+    signer = LinkSigner((TEST_KEY,))
+    for url, build_id in links:
+        claims = signer.verify(url.rsplit("/", 1)[1])
+        assert claims is not None and claims.build_id == int(build_id)
+    names = {derivation_name(r["derivation_path"]) for r in RECORDS}
+    assert any(name in page for name in names)
+
+
+# --- the demo prints a link, and the page in a browser ---------------------------------------------------
+
+
+def demo_env(env: Env) -> str:
+    """The demo's data in the env's database; returns the dashboard link the demo prints."""
+    conn = open_database(env.db)
+    try:
+        lines = prepare_demo(conn, env.settings(), sample_data_path(), now_us())
+    finally:
+        conn.close()
+    (line,) = [line for line in lines if line.lstrip().startswith("The dashboard")]
+    return line.split(": ", 1)[1]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> tuple[Env, str]:
+    """One demo database that the browser tests share: the server only reads it."""
+    env = Env(tmp_path_factory.mktemp("demo"))
+    return env, demo_env(env)
+
+
+def test_demo_prints_a_dashboard_link_that_opens(demo):
+    env, link = demo
+    assert link.startswith("http://testserver.local/d/")
+    with env.client() as client:
+        page = client.get(link.removeprefix("http://testserver.local"))
+        assert page.status_code == 200
+        assert "Builds over the last 7 days" in text_of(page.text)
+
+
+def test_dashboard_in_a_browser(demo, serve, browser, tmp_path):
+    env, link = demo
+    server = serve(env.db, "--secret-key", TEST_KEY)
+    url = server.url + link.removeprefix("http://testserver.local")
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="light")
+    page = context.new_page()
+    watch = tb.Watch(page)
+    response = page.goto(url)
+    assert response.status == 200
+    assert page.evaluate("() => document.scripts.length") == 0
+    assert page.locator("h1").inner_text() == "Builds over the last 7 days"
+    for heading in ("Builds by outcome", "Success rate", "Duration", "CPU hours", "Usage this month", "Running now",
+                    "Slowest derivations", "Most failing derivations", "Flaky derivations", "Latest failures"):
+        assert page.get_by_role("heading", name=heading, exact=True).is_visible(), heading
+    # Charts are drawn, sized by the stylesheet, coloured by status.
+    bars = page.locator("#outcomes-h ~ svg rect")
+    assert bars.count() > 7
+    ok_bar = page.locator("#outcomes-h ~ svg rect.s-ok").first
+    assert ok_bar.evaluate("e => getComputedStyle(e).fill") == "rgb(26, 127, 55)"
+    chart_box = page.locator("#outcomes-h ~ svg").bounding_box()
+    assert chart_box is not None and chart_box["width"] > 600
+    shot = SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT") == "1" else tmp_path / SCREENSHOT.name
+    page.screenshot(path=str(shot), full_page=True)
+    assert 0 < shot.stat().st_size < 1_500_000
+    # Other windows, chosen on the page, and a build opened from a table.
+    page.get_by_role("link", name="30 days", exact=True).click()
+    assert page.locator("h1").inner_text() == "Builds over the last 30 days"
+    page.get_by_role("link", name="24 hours", exact=True).click()
+    assert page.locator("h1").inner_text() == "Builds over the last 24 hours"
+    tag = page.locator("a.tag").first
+    if tag.count():
+        label = tag.inner_text()
+        tag.click()
+        assert f"Only builds tagged {label}" in " ".join(page.locator(".filter").inner_text().split())
+    page.locator("table a").first.click()
+    page.wait_for_load_state()
+    assert page.url.startswith(server.url + "/b/")
+    assert page.locator(".hero .badge").is_visible()
+    misses = [line for line in server.log.read_text().splitlines() if '" 404 ' in line]
+    assert misses == []
+    assert watch.problems == []
+    context.close()
+
+
+def test_dashboard_on_a_phone_in_dark_mode(demo, serve, browser):
+    env, link = demo
+    server = serve(env.db, "--secret-key", TEST_KEY, "--no-access-log")
+    url = server.url + link.removeprefix("http://testserver.local")
+    context = browser.new_context(viewport={"width": 360, "height": 740}, color_scheme="dark", is_mobile=True,
+                                  has_touch=True, device_scale_factor=2)
+    page = context.new_page()
+    watch = tb.Watch(page)
+    for window in ("7d", "24h", "90d"):
+        assert page.goto(f"{url}?window={window}").status == 200
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 360, f"{window} scrolls sideways"
+    assert page.evaluate("() => getComputedStyle(document.body).backgroundColor") == "rgb(13, 17, 23)"
+    ok_bar = page.locator("#outcomes-h ~ svg rect.s-ok").first
+    assert ok_bar.evaluate("e => getComputedStyle(e).fill") == "rgb(63, 185, 80)"
+    chart_box = page.locator("#outcomes-h ~ svg").bounding_box()
+    assert chart_box is not None and chart_box["width"] <= 360
+    assert watch.problems == []
+    context.close()
+
+
+def test_expired_dashboard_link_in_a_browser(demo, serve, browser):
+    env, _ = demo
+    server = serve(env.db, "--secret-key", TEST_KEY, "--no-access-log")
+    expired_us = (int(time.time()) - 3 * 3600) * US_PER_SECOND
+    url = DashboardSigner((TEST_KEY,)).link_url(server.url, DashboardClaims(1, expired_us))
+    context = browser.new_context()
+    page = context.new_page()
+    watch = tb.Watch(page)
+    watch.expected = {"410"}
+    assert page.goto(url).status == 410
+    assert page.locator("h1").inner_text() == "This link has expired"
+    assert "3 hours ago" in page.locator("main").inner_text()
+    assert watch.problems == []
+    context.close()
+    assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200

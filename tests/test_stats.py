@@ -1,0 +1,271 @@
+"""GET /builds/stats: every figure equals a plain computation over the same builds."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from conftest import NOW, Env, auth, record
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from buildreport.models import BuildStatus
+from buildreport.stats import derivation_name, nearest_rank
+
+ORIGIN = NOW.replace(minute=0, second=0) - timedelta(days=4)
+STATUSES = [s.value for s in BuildStatus]
+SUCCESSFUL = {"built"}
+FAILED = {"build_failed", "cancelled", "timeout", "max_memory_exceeded", "client_disconnect", "client_error"}
+DISCARDED = {"internal_error", "out_of_memory"}
+RUNNING = {"pending", "running"}
+NAMES = ["hello-2.12", "curl-8.4.0", "python3-3.11.6", "zlib-1.3"]
+US = 1_000_000
+
+
+def make_records() -> list[dict[str, Any]]:
+    rng = random.Random(13)
+    records = []
+    for build_id in range(1, 301):
+        status = rng.choice(STATUSES)
+        create = ORIGIN + timedelta(seconds=rng.randrange(4 * 86_400), microseconds=rng.randrange(US))
+        tags = {}
+        if rng.random() < 0.8:
+            tags["project"] = rng.choice(["web", "api", "ci:nightly"])
+        if rng.random() < 0.5:
+            tags["team"] = rng.choice(["core", "infra"])
+        if rng.random() < 0.3:
+            tags['ci."stage"'] = rng.choice(["build", "test"])  # not a plain name: grouped outside SQLite
+        name = rng.choice(NAMES)
+        records.append(
+            record(
+                build_id,
+                account="acme" if build_id % 7 else "globex",
+                create_time=create,
+                start_time=(create + timedelta(seconds=3)).isoformat(),
+                build_status=status,
+                # More digits than a microsecond holds: percentiles must repeat the values as sent.
+                duration_seconds=None if status in RUNNING else rng.choice([0.0, rng.uniform(0, 5000)]),
+                queue_time_seconds=rng.uniform(0, 300) if rng.random() < 0.9 else 0.1 + 0.2,
+                cpu_seconds=rng.randrange(50_000),
+                system=rng.choice(["x86_64-linux", "aarch64-linux"]),
+                derivation_path=f"/nix/store/{rng.choice('abcd') * 32}-{name}.drv",
+                tags=tags,
+            )
+        )
+    return records
+
+
+RECORDS = make_records()
+
+
+def us(text: str) -> int:
+    moment = datetime.fromisoformat(text)
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+def z(us_value: int) -> str:
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us_value)).isoformat().replace("+00:00", "Z")
+
+
+def plain_percentiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    pick = {f"p{p}": ordered[max(1, math.ceil(p * len(ordered) / 100)) - 1] for p in (50, 90, 95, 99)}
+    return {**pick, "max": max(values)}
+
+
+def plain_group(key: str, builds: list[dict[str, Any]]) -> dict[str, Any]:
+    def count(kinds: set[str]) -> int:
+        return sum(1 for b in builds if b["build_status"] in kinds)
+
+    ok, failed = count(SUCCESSFUL), count(FAILED)
+    return {
+        "key": key,
+        "build_count": len(builds),
+        "running_build_count": count(RUNNING),
+        "discarded_build_count": count(DISCARDED),
+        "failed_build_count": failed,
+        "successful_build_count": ok,
+        "success_rate": ok / (ok + failed) if ok + failed else None,
+        "total_cpu_seconds": sum(b["cpu_seconds"] for b in builds),
+        "billable_cpu_seconds": sum(b["cpu_seconds"] for b in builds if b["build_status"] in SUCCESSFUL | FAILED),
+        "duration_seconds": plain_percentiles(
+            [b["duration_seconds"] for b in builds if b["duration_seconds"] is not None]
+        ),
+        "queue_time_seconds": plain_percentiles([b["queue_time_seconds"] for b in builds]),
+    }
+
+
+def plain_stats(
+    low: int, high: int | None, statuses: list[str], tag: tuple[str, str] | None, group_by: str, limit: int, now: int
+) -> list[dict[str, Any]]:
+    chosen = [
+        r
+        for r in RECORDS
+        if r["account"] == "acme"
+        and low <= us(r["create_time"])
+        and (high is None or us(r["create_time"]) < high)
+        and (not statuses or r["build_status"] in statuses)
+        and (tag is None or r["tags"].get(tag[0]) == tag[1])
+    ]
+    if group_by in ("day", "hour"):
+        period = 86_400 * US if group_by == "day" else 3_600 * US
+        end = high if high is not None else max(now, low)
+        starts = {us(r["create_time"]) // period * period for r in chosen}
+        last = max([end - 1, *starts]) if end > low else max([low // period * period - 1, *starts])
+        out = []
+        for start in range(low // period * period, last + 1, period):
+            moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=start)
+            key = moment.date().isoformat() if group_by == "day" else moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+            out.append(plain_group(key, [r for r in chosen if us(r["create_time"]) // period * period == start]))
+        return out
+    keyed: dict[str, list[dict[str, Any]]] = {}
+    for r in chosen:
+        if group_by.startswith("tag:"):
+            key = r["tags"].get(group_by[4:])
+        elif group_by == "derivation":
+            key = r["derivation_path"].split("/")[-1][33:-4]
+        elif group_by == "status":
+            key = r["build_status"]
+        else:
+            key = r[group_by]
+        if key is not None:
+            keyed.setdefault(key, []).append(r)
+    ordered = sorted(keyed.items(), key=lambda item: (-len(item[1]), item[0]))[:limit]
+    return [plain_group(key, builds) for key, builds in ordered]
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory):
+    env = Env(tmp_path_factory.mktemp("stats"))
+    env.load(RECORDS)
+    secret = env.token()
+    with env.client() as client:
+        yield client, secret
+
+
+GROUPINGS = [
+    "day", "hour", "system", "status", "derivation", "derivation_path", "tag:project", "tag:team", "tag:none",
+    'tag:ci."stage"',
+]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    start_minutes=st.integers(-600, 4 * 1440 + 600),
+    length_minutes=st.one_of(st.none(), st.integers(0, 5 * 1440)),
+    statuses=st.lists(st.sampled_from(STATUSES), max_size=3, unique=True),
+    tag=st.one_of(st.none(), st.sampled_from([("project", "web"), ("project", "ci:nightly"), ("team", "core")])),
+    group_by=st.sampled_from(GROUPINGS),
+    limit=st.one_of(st.none(), st.integers(1, 5)),
+)
+def test_stats_equal_a_plain_computation(api, start_minutes, length_minutes, statuses, tag, group_by, limit):
+    client, secret = api
+    low = us(ORIGIN.isoformat()) + start_minutes * 60 * US + 123_456
+    high = None if length_minutes is None else low + length_minutes * 60 * US
+    params: dict[str, Any] = {"create_time_from": z(low), "group_by": group_by}
+    if high is not None:
+        params["create_time_to"] = z(high)
+    if statuses:
+        params["status"] = ",".join(statuses)
+    if tag is not None:
+        params["tags"] = f"{tag[0]}:{tag[1]}"
+    if limit is not None:
+        params["limit"] = limit
+    before = int(datetime.now(UTC).timestamp() * US)
+    response = client.get("/builds/stats", params=params, headers=auth(secret))
+    after = int(datetime.now(UTC).timestamp() * US)
+    assert response.status_code == 200, response.text
+    expected = plain_stats(low, high, statuses, tag, group_by, limit or 100, before)
+    if response.json() != expected:  # "now" may have crossed an hour between the two readings
+        expected = plain_stats(low, high, statuses, tag, group_by, limit or 100, after)
+    assert response.json() == expected
+
+
+def test_every_day_of_the_window_is_listed_with_empty_ones_zero(api):
+    client, secret = api
+    params = {"create_time_from": "2001-01-01", "create_time_to": "2001-01-04", "group_by": "day"}
+    groups = client.get("/builds/stats", params=params, headers=auth(secret)).json()
+    assert [g["key"] for g in groups] == ["2001-01-01", "2001-01-02", "2001-01-03"]
+    assert all(g["build_count"] == 0 and g["success_rate"] is None and g["duration_seconds"] is None for g in groups)
+
+
+def test_hour_keys_are_rfc3339(api):
+    client, secret = api
+    params = {"create_time_from": "2001-01-01T22:30:00Z", "create_time_to": "2001-01-02T00:00:01Z", "group_by": "hour"}
+    groups = client.get("/builds/stats", params=params, headers=auth(secret)).json()
+    assert [g["key"] for g in groups] == ["2001-01-01T22:00:00Z", "2001-01-01T23:00:00Z", "2001-01-02T00:00:00Z"]
+
+
+def test_value_groups_are_capped_by_limit_largest_first(api):
+    client, secret = api
+    params = {"create_time_from": z(us(ORIGIN.isoformat())), "group_by": "status", "limit": "3"}
+    groups = client.get("/builds/stats", params=params, headers=auth(secret)).json()
+    assert len(groups) == 3
+    counts = [g["build_count"] for g in groups]
+    assert counts == sorted(counts, reverse=True)
+
+
+def test_stats_default_to_days_of_the_last_day(api):
+    client, secret = api
+    groups = client.get("/builds/stats", headers=auth(secret)).json()
+    assert 1 <= len(groups) <= 2
+    assert all(len(g["key"]) == 10 for g in groups)
+
+
+@pytest.mark.parametrize(
+    ("params", "name"),
+    [
+        ({"group_by": "week"}, "group_by"),
+        ({"group_by": "tag:"}, "group_by"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "1001"}, "limit"),
+        ({"derivation_path": "/nix/store/x.drv"}, "derivation_path"),
+        ({"group_by": "hour", "create_time_from": "2000-01-01"}, "group_by"),
+        ({"status": "done"}, "status"),
+    ],
+)
+def test_bad_stats_parameters_are_named(api, params, name):
+    client, secret = api
+    response = client.get("/builds/stats", params=params, headers=auth(secret))
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert name in [p["name"] for p in response.json()["invalid_params"]]
+
+
+def test_stats_need_a_token(api):
+    client, _ = api
+    assert client.get("/builds/stats").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("values", "percent", "expected"),
+    [
+        ([1.0], 50, 1.0),
+        ([1.0, 2.0], 50, 1.0),
+        ([1.0, 2.0, 3.0], 50, 2.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.0),
+        ([float(i) for i in range(1, 101)], 95, 95.0),
+        ([float(i) for i in range(1, 101)], 99, 99.0),
+        ([float(i) for i in range(1, 21)], 90, 18.0),
+        ([float(i) for i in range(1, 11)], 99, 10.0),
+    ],
+)
+def test_percentiles_take_the_nearest_rank(values, percent, expected):
+    assert nearest_rank(values, percent) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/nix/store/" + "a" * 32 + "-hello-2.12.1.drv", "hello-2.12.1"),
+        ("/nix/store/" + "a" * 32 + "-source.drv", "source"),
+        ("/nix/store/plain.drv", "plain"),
+    ],
+)
+def test_derivation_name_is_the_store_path_name_without_drv(path, name):
+    assert derivation_name(path) == name
