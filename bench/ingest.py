@@ -107,7 +107,7 @@ def _ms(values: list[float], q: float) -> float | None:
 
 
 def measure(cli: list[str], db: Path, run_dir: Path, read_token: str, read_paths: list[str], seconds: int,
-            wrk: str | None) -> dict[str, Any]:
+            wrk: str | None, workers: int = 1) -> dict[str, Any]:
     """Figures of ingestion into a copy of `db`: builds/s and read latency, alone and with 1 and 4 senders."""
     copy = run_dir / "ingest.db"
     with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
@@ -116,8 +116,8 @@ def measure(cli: list[str], db: Path, run_dir: Path, read_token: str, read_paths
                            "build:write", "--expires-in", "1d", "--label", "make bench ingest"],
                           capture_output=True, text=True, timeout=120, check=True)
     write_token = made.stdout.strip()
-    result: dict[str, Any] = {"batch": BATCH, "seconds": seconds, "workers": 1, "runs": {}}
-    server = Server(cli, copy, 1, run_dir / "server-ingest.log")
+    result: dict[str, Any] = {"batch": BATCH, "seconds": seconds, "workers": workers, "runs": {}}
+    server = Server(cli, copy, workers, run_dir / "server-ingest.log")
     result["command"] = " ".join(server.command)
     try:
         server.start()

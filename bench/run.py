@@ -475,20 +475,23 @@ class Bench:
 
         started = time.perf_counter()
         reads = next(ep for ep in eps if ep["kind"] == "build")
-        try:
-            self.out["ingestion"] = ingest.measure(self.cli, self.db, RUN_DIR, self.token_secret, reads["paths"],
-                                                   self.seconds, self.wrk if self.client == "wrk" else None)
-        except Exception as exc:
-            self.fail(f"ingestion: {exc}")
-            self.phase("ingestion", started)
-            return
-        for senders, run in self.out["ingestion"]["runs"].items():
-            if run["errors"] or not run["builds"]:
-                self.fail(f"ingestion with {senders} senders: {run['errors']} errors; {run['first_error']}")
-            if found := load.problems(run["reads"]):
-                self.fail(f"reads during ingestion with {senders} senders: " + ", ".join(found))
-            self.say(f"ingestion, {senders} sender(s): {run['builds_per_s']:,.0f} builds/s; /builds/{{id}} during it:"
-                     f" p50 {run['reads']['p50_ms']:.2f} ms, p99 {run['reads']['p99_ms']:.2f} ms")
+        self.out["ingestion"] = {}
+        for workers in (1, 2):
+            try:
+                result = ingest.measure(self.cli, self.db, RUN_DIR, self.token_secret, reads["paths"], self.seconds,
+                                        self.wrk if self.client == "wrk" else None, workers)
+            except Exception as exc:
+                self.fail(f"ingestion, {workers} workers: {exc}")
+                continue
+            self.out["ingestion"][str(workers)] = result
+            for senders, run in result["runs"].items():
+                name = f"ingestion, {workers} worker(s), {senders} sender(s)"
+                if run["errors"] or not run["builds"]:
+                    self.fail(f"{name}: {run['errors']} errors; {run['first_error']}")
+                if found := load.problems(run["reads"]):
+                    self.fail(f"reads during {name}: " + ", ".join(found))
+                self.say(f"{name}: {run['builds_per_s']:,.0f} builds/s; /builds/{{id}} during it:"
+                         f" p50 {run['reads']['p50_ms']:.2f} ms, p99 {run['reads']['p99_ms']:.2f} ms")
         self.phase("ingestion", started)
 
     # --- floor, executable --------------------------------------------------------------------

@@ -269,6 +269,8 @@ def push(
             pusher.push_all()
     except PushStopped as exc:
         raise click.ClickException(f"{exc}; nothing more was sent") from exc
+    except OSError as exc:
+        raise click.ClickException(f"{exc.filename or spool_dir}: {exc.strerror}") from exc
     finally:
         pusher.close()
     stats = pusher.stats

@@ -11,8 +11,8 @@ What an answer means for a file:
 - 413 for a batch of more than one record: the batch is halved and sent again.
 - 400, 409, 413, 415, 422: the file itself is wrong. It moves to `rejected/` with the problem document
   beside it (`NAME.problem.json`), and the pusher goes on with the next file.
-- any other 4xx (401, 403, 404, …): the token or the address is wrong, not the file. Nothing moves;
-  the pusher stops and says why.
+- any other answer (401, 403, 404, a redirect, a 200 that is not buildreport's): the token or the
+  address is wrong, not the file. Nothing moves; the pusher stops and says why.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class Pusher:
                 lines = [line.rstrip(b"\r\n") for line in handle if line.strip()]
             problem = self._send_lines(path, lines)
             if problem is None:
-                path.unlink()
+                path.unlink(missing_ok=True)  # missing: removed by hand meanwhile; it was sent all the same
                 self.stats.files_sent += 1
             else:
                 self._reject(path, problem)
@@ -151,11 +151,15 @@ class Pusher:
                 continue
             if response.status_code != 200:
                 return _problem_document(response)
-            answer = response.json()
+            try:
+                answer = response.json()
+                counts = (int(answer["created"]), int(answer["updated"]), int(answer["unchanged"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise PushStopped(f"{self.endpoint} answered 200, but not as buildreport does") from exc
             self.stats.records += len(batch)
-            self.stats.created += answer["created"]
-            self.stats.updated += answer["updated"]
-            self.stats.unchanged += answer["unchanged"]
+            self.stats.created += counts[0]
+            self.stats.updated += counts[1]
+            self.stats.unchanged += counts[2]
             start += len(batch)
         self.say(f"{path.name}: sent {len(lines)} record{'s' if len(lines) != 1 else ''}")
         return None
@@ -171,9 +175,9 @@ class Pusher:
                 reason, wait = f"{type(exc).__name__}: {exc}", None
             else:
                 status = response.status_code
-                if status < 400 or status in FILE_ERRORS:
+                if status == 200 or status in FILE_ERRORS:
                     return response
-                if status not in RETRY_STATUSES and status < 500:
+                if status not in RETRY_STATUSES and status < 500:  # a redirect, 401, 403, 404, …
                     raise PushStopped(f"{self.endpoint} answered {status}: {_detail(response)}")
                 reason, wait = f"HTTP {status}: {_detail(response)}", retry_after(response)
             attempt += 1

@@ -358,12 +358,33 @@ def test_a_batch_too_large_is_halved(tmp_path):
     assert [len(b) for b in script.bodies] == [8, 4, 4]
 
 
-def test_an_address_without_the_endpoint_stops_the_pusher(tmp_path):
+@pytest.mark.parametrize(
+    "answer",
+    [
+        httpx.Response(404, json={"detail": "No such resource"}),
+        httpx.Response(301, headers={"Location": "https://service.test/builds"}),
+        httpx.Response(200, text="<html>a login page</html>"),
+    ],
+)
+def test_an_address_that_is_not_the_service_stops_the_pusher(tmp_path, answer):
     spool_records(tmp_path, "s", files=1, per_file=1)
-    pusher = scripted(tmp_path, Script(httpx.Response(404, json={"detail": "No such resource"})), [])
-    with pytest.raises(PushStopped, match="404"):
+
+    def answer_with(request: httpx.Request) -> httpx.Response:
+        return answer
+
+    stop = threading.Event()
+    pusher = Pusher(
+        "http://service.test",
+        TOKEN,
+        tmp_path,
+        stop=stop,
+        say=lambda _: None,
+        transport=httpx.MockTransport(answer_with),
+    )
+    with pytest.raises(PushStopped, match=str(answer.status_code)):
         pusher.push_all()
     assert len(pending_files(tmp_path)) == 1
+    assert not (tmp_path / REJECTED).exists()
 
 
 def test_a_file_another_pusher_holds_is_left_to_it(tmp_path):
@@ -395,3 +416,4 @@ def test_backoff_doubles_up_to_its_cap_with_jitter():
         delays = [backoff(attempt, 30.0) for _ in range(50)]
         assert all(cap / 2 <= d <= cap for d in delays)
         assert len(set(delays)) > 1
+
