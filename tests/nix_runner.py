@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections import defaultdict
@@ -25,6 +24,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from conftest import buildreport_command
 
 from buildreport.models import BuildRecord
 
@@ -92,9 +92,7 @@ class Runner:
             [
                 "env",
                 f"NIX_CONF_DIR={self.runner_conf}",
-                sys.executable,
-                "-m",
-                "buildreport",
+                *buildreport_command(),
                 "runner",
                 *(sink or ["--spool", str(self.spool)]),
                 "--state-dir",

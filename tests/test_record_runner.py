@@ -9,7 +9,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -219,7 +218,7 @@ def test_runner_stopped_mid_build_records_internal_error(runner: Runner) -> None
 
 def test_runner_check_reports_a_usable_set_up(runner: Runner, tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "buildreport", "runner", "--spool", str(tmp_path / "spool"), "--check"],
+        [*buildreport_command(), "runner", "--spool", str(tmp_path / "spool"), "--check"],
         capture_output=True,
         text=True,
         env={**runner.client_env()},
@@ -228,9 +227,7 @@ def test_runner_check_reports_a_usable_set_up(runner: Runner, tmp_path: Path) ->
     assert "ok  nix-daemon:" in out.stdout and "ok  spool:" in out.stdout
     missing = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "buildreport",
+            *buildreport_command(),
             "runner",
             "--spool",
             str(tmp_path / "s"),
@@ -300,9 +297,7 @@ def run_relay(tmp_path: Path, payload: bytes, spool: Path) -> tuple[subprocess.C
     state = tmp_path / "state"
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "buildreport",
+            *buildreport_command(),
             "runner",
             "--spool",
             str(spool),
@@ -344,7 +339,7 @@ def test_relay_passes_a_real_session_unchanged_even_when_the_spool_cannot_be_wri
 
 def test_runner_refuses_a_session_that_asks_for_another_command(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "buildreport", "runner", "--spool", str(tmp_path)],
+        [*buildreport_command(), "runner", "--spool", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,
