@@ -276,6 +276,8 @@ def test_runner_records_a_daemon_that_dies_as_internal_error_and_links_the_rebui
         assert "nix-daemon was killed by signal 9 during the build" in first["status_message"]
         assert "napping" in first["status_message"]  # the last lines of the log follow the reason
         runner.clear_load()
+        # The killed daemon's builder lives on for its `sleep 3`; the rebuild starts once it has gone.
+        time.sleep(3.5)
         again = runner.build("nap", n)
         assert again.returncode == 0, again.stderr
         earlier, rebuilt = (records[-1] for records in runner.wait_builds(drv, 2))
