@@ -21,6 +21,8 @@ import httpx
 import load
 from server import Server
 
+from buildreport.store.schema import auth_path
+
 BATCH = 500
 SENDERS = (1, 4)
 MAX_BATCHES_PER_SENDER = 20_000  # a bound beside the deadline
@@ -110,8 +112,10 @@ def measure(cli: list[str], db: Path, run_dir: Path, read_token: str, read_paths
             wrk: str | None, workers: int = 1) -> dict[str, Any]:
     """Figures of ingestion into a copy of `db`: builds/s and read latency, alone and with 1 and 4 senders."""
     copy = run_dir / "ingest.db"
-    with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
-        source.backup(target)
+    # The database and the tokens file beside it, so that the read token works on the copy too.
+    for original, duplicate in ((db, copy), (auth_path(db), auth_path(copy))):
+        with sqlite3.connect(original) as source, sqlite3.connect(duplicate) as target:
+            source.backup(target)
     made = subprocess.run([*cli, "token", "create", "--db", str(copy), "--account", "acme", "--scope",
                            "build:write", "--expires-in", "1d", "--label", "make bench ingest"],
                           capture_output=True, text=True, timeout=120, check=True)

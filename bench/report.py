@@ -219,7 +219,7 @@ def markdown(out: dict[str, Any]) -> str:
               "schema), and `net` is wall minus that. The database of the import with logs is the one served "
               "below; the one without logs is deleted after measuring.", ""]
 
-    lines += ["## HTTP, one worker (`--workers 1 --rate-limit 0 --no-access-log`)", ""]
+    lines += ["## HTTP, one worker (`--workers 1 --rate-limit 0 --link-rate-limit 0 --no-access-log`)", ""]
     eps = dig(out, "http", "endpoints") or {}
     floors = dig(out, "floor", "endpoints") or {}
     rows = []
