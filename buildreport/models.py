@@ -269,3 +269,4 @@ class InvalidRecordsProblem(Problem):
 
     invalid_records: list[InvalidRecord] | None = None
     invalid_record_count: int | None = None
+    max_records: int | None = None  # when the request held more records than this

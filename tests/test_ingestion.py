@@ -121,9 +121,9 @@ def test_a_body_sent_in_chunks_without_length_is_bounded_too(service):
     problem(response, 413)
 
 
-def test_more_records_than_the_cap_is_413(service):
-    body = problem(service.post([write_record(f"cap:{i}") for i in range(MAX_RECORDS + 1)]), 413)
-    assert str(MAX_RECORDS) in body["detail"]
+def test_more_records_than_the_cap_is_400_naming_the_cap(service):
+    body = problem(service.post([write_record(f"cap:{i}") for i in range(MAX_RECORDS + 1)]), 400)
+    assert str(MAX_RECORDS) in body["detail"] and body["max_records"] == MAX_RECORDS
     assert service.post([write_record(f"cap:{i}") for i in range(MAX_RECORDS)]).status_code == 200
 
 
@@ -194,7 +194,7 @@ def test_writes_need_a_token(service):
 
 def test_a_write_token_cannot_touch_another_accounts_builds(service):
     theirs = service.post([write_record("iso:1", cpu_seconds=1)], token=service.other_writer).json()["build_ids"][0]
-    by_id = problem(service.post([write_record(build_id=theirs, cpu_seconds=999)]), 400)
+    by_id = problem(service.post([write_record(build_id=theirs, cpu_seconds=999)]), 409)
     assert by_id["invalid_records"][0]["field"] == "build_id"
     mine = service.post([write_record("iso:1", cpu_seconds=2)]).json()
     assert mine["created"] == 1 and mine["build_ids"] != [theirs]
