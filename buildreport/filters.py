@@ -21,6 +21,9 @@ _STATUSES = ", ".join(s.value for s in BuildStatus)
 # Canonical decimal only (no sign, no leading zero), at most 19 digits: one text per number, and int() is
 # never asked to convert a huge string.
 CANONICAL_INT = re.compile(r"0|[1-9][0-9]{0,18}")
+# A build id in a path may carry a zero fraction: JSON Schema counts 212.0 as the integer 212, so a client
+# that copies an id from a body it wrote as 212.0 reaches the same build.
+PATH_BUILD_ID = re.compile(r"(?P<digits>[1-9][0-9]{0,18})(?:\.0+)?")
 # Per request: far more than any report needs, and few enough that every query stays far inside SQLite's
 # limits on expression depth (1000) and bound variables (32766) whatever else the filter holds.
 MAX_TAG_PAIRS = 32
@@ -265,7 +268,8 @@ def parse_no_params(pairs: Pairs) -> None:
 
 def parse_build_id(text: str) -> int:
     """The `{build_id}` of a path: a positive 64-bit integer."""
-    if not CANONICAL_INT.fullmatch(text) or not 1 <= int(text) <= MAX_BUILD_ID:
+    match = PATH_BUILD_ID.fullmatch(text)
+    if match is None or not 1 <= int(match["digits"]) <= MAX_BUILD_ID:
         reason = f"{shown(text)} is not a positive 64-bit integer in plain decimal (no sign or leading zero)"
         raise InvalidParams([InvalidParam(name="build_id", reason=reason)])
-    return int(text)
+    return int(match["digits"])

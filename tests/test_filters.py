@@ -372,13 +372,16 @@ def test_no_params_rejects_any_parameter():
 # --- build ids --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "number"), [("1", 1), ("42", 42), (str(2**63 - 1), 2**63 - 1)])
+@pytest.mark.parametrize(
+    ("text", "number"), [("1", 1), ("42", 42), (str(2**63 - 1), 2**63 - 1), ("212.0", 212), ("7.00", 7)],
+)
 def test_build_id_parses(text, number):
     assert parse_build_id(text) == number
 
 
 @pytest.mark.parametrize("text", [
-    "0", "-1", str(2**63), str(2**64), "abc", "", "1.0", " 1", "1 ", "+1", "0x10", "1e3", "\uff11", "\u0661",
+    "0", "-1", str(2**63), str(2**64), "abc", "", "1.5", "1.", "01.0", " 1", "1 ", "+1", "0x10", "1e3",
+    "\uff11", "\u0661",
     "9" * 5000,
 ])
 def test_build_id_rejects(text):

@@ -259,3 +259,24 @@ def test_reads_go_on_during_a_write_and_never_see_half_of_it(tmp_path, serve):
     assert answer["response"].status_code == 200, answer["response"].text
     assert seen == {0, count}, "a reader saw part of a request, or never saw it whole"
     assert reads >= 2, reads
+
+
+def test_a_record_whose_ids_contradict_each_other_is_a_409_and_nothing_is_written(service):
+    before = service.get("/builds/summary").json()["build_count"]
+    body = problem(service.post([
+        write_record("self:ok"),
+        write_record("self:1", restart_of_source_id="self:1"),
+        write_record("self:2", restart_of_build_id=4, restarted_as_build_id=4),
+    ]), 409)
+    assert [(r["index"], r["field"]) for r in body["invalid_records"]] == [
+        (1, "restart_of_source_id"), (2, "restarted_as_build_id")]
+    assert service.get("/builds/summary").json()["build_count"] == before
+
+
+def test_whole_numbers_written_with_a_fraction_are_taken_as_integers(service):
+    record = {**write_record("whole:1"), "cpu_seconds": 42.0, "cpu_count": 2.0}
+    answer = service.post([record])
+    assert answer.status_code == 200, answer.text
+    build = service.get(f"/builds/{answer.json()['build_ids'][0]}").json()
+    assert (build["cpu_seconds"], build["cpu_count"]) == (42, 2)
+    problem(service.post([{**write_record("whole:2"), "cpu_seconds": 42.5}]), 400)
