@@ -340,6 +340,13 @@ class _RecordsOperation(Operation):
             media_type="application/problem+json",
             generate_examples=False,
         ),
+        409: ResponseSpec(
+            InvalidRecordsProblem,
+            description="Records that contradict stored builds or their own ids, each named in `invalid_records`; "
+            "nothing was written.",
+            media_type="application/problem+json",
+            generate_examples=False,
+        ),
         **_errors(401, 403, 413, 415, 429, scope=WRITE_SCOPE),
     },
 )
@@ -357,7 +364,7 @@ async def write_builds(request: Request[Any, Any, Any]) -> Response[bytes]:
     try:
         result = await writes.write(_principal(request).account, records, now_us())
     except WriteConflicts as exc:
-        raise ingestion.InvalidRecords(exc.invalid) from None
+        raise ingestion.InvalidRecords(exc.invalid, status=409) from None
     return Response(content=_ENCODE(result), media_type="application/json", headers={"Cache-Control": "no-store"})
 
 

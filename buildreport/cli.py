@@ -198,7 +198,7 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             type=click.IntRange(1, 100_000),
             envvar="BUILDREPORT_MAX_RECORDS",
             show_envvar=True,
-            help="Most build records in one POST /builds; more get 413.",
+            help="Most build records in one POST /builds; more get 400.",
         ),
         click.option(
             "--metrics-loopback/--no-metrics-loopback",

@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 
 from buildreport.errors import problem_type
 from buildreport.models import Problem
+from buildreport.recordschema import finish_write_operation
 from buildreport.web import PAGE_HEADERS, render_page
 
 JSON = dict[str, Any]
@@ -149,9 +150,10 @@ def _shared_failures(responses: JSON) -> None:
     }
 
 
-def finish_document(document: JSON, base_url: str) -> JSON:
+def finish_document(document: JSON, base_url: str, max_records: int) -> JSON:
     """The generated document, made exact; `base_url` is where the service is reached (its path included)."""
     doc = _single_refs(_exact_integers(copy.deepcopy(document)))
+    finish_write_operation(doc, max_records)
     doc["servers"] = [{"url": base_url, "description": "This service."}]
     doc.setdefault("components", {})["headers"] = copy.deepcopy(_HEADERS)
     for path, item in doc["paths"].items():
@@ -202,7 +204,7 @@ class ExactJsonPlugin(JsonRenderPlugin):
     def render(self, request: Request[Any, Any, Any], openapi_schema: JSON) -> bytes:
         if self._body is None:
             settings = request.app.state.settings
-            self._body = json.dumps(finish_document(openapi_schema, settings.base_url)).encode()
+            self._body = json.dumps(finish_document(openapi_schema, settings.base_url, settings.max_records)).encode()
         return self._body
 
 
@@ -215,8 +217,9 @@ class DocsPagePlugin(OpenAPIRenderPlugin):
 
     def render(self, request: Request[Any, Any, Any], openapi_schema: JSON) -> bytes:
         if self._body is None:
-            base_url = request.app.state.settings.base_url
-            doc = finish_document(openapi_schema, base_url)
+            settings = request.app.state.settings
+            base_url = settings.base_url
+            doc = finish_document(openapi_schema, base_url, settings.max_records)
             self._body = render_page(request, "docs.html", **page_values(doc, base_url))
         return self._body
 

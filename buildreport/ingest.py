@@ -9,18 +9,21 @@ import sqlite3
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import msgspec
 
 from buildreport.models import UNFINISHED, ImportRecord
 from buildreport.store.writer import BuildWriter, WriteStats
-from buildreport.times import US_PER_SECOND, to_us
+from buildreport.times import to_us
 
 _DECODER = msgspec.json.Decoder(ImportRecord)
-EARLIEST_US = 0
-LATEST_US = to_us(datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
+EARLIEST_DATE = date(1970, 1, 1)
+LATEST_DATE = date(9899, 12, 31)
+# The latest time written in UTC; written with an offset west of UTC a time may be up to a day later.
+LATEST_US = to_us(datetime(9899, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
+ZERO = timedelta(0)
 MAX_REPORTED_ERRORS = 1000
 IMPORT_CACHE_KIB = 1024 * 1024
 
@@ -96,15 +99,30 @@ def check_record(record: ImportRecord) -> tuple[str, str] | None:
     if problem is not None:
         return problem
     for name in ("create_time", "start_time"):
-        if not EARLIEST_US <= to_us(getattr(record, name)) <= LATEST_US:
-            return name, "must be from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (in UTC)"
+        problem = check_time(getattr(record, name))
+        if problem is not None:
+            return name, problem
     if record.build_status in UNFINISHED:
         if record.duration_seconds is not None:
             return "duration_seconds", f"must be null while the build is {record.build_status.value}"
     elif record.duration_seconds is None:
         return "duration_seconds", f"is required for a finished build ({record.build_status.value})"
-    elif to_us(record.start_time) + round(record.duration_seconds * US_PER_SECOND) > LATEST_US:
-        return "duration_seconds", "start_time plus duration_seconds must not pass 9999-12-31T23:59:59.999999Z"
+    return None
+
+
+def check_time(moment: datetime) -> str | None:
+    """The documented range of a time, on the date as written (the OpenAPI document says it with a pattern).
+
+    Years end at 9899, so a start plus the longest duration stays before 9999-12-31 in UTC; on 1970-01-01 an
+    offset east of UTC would put the time before the epoch."""
+    day = moment.date()
+    if not EARLIEST_DATE <= day <= LATEST_DATE or (day == EARLIEST_DATE and (moment.utcoffset() or ZERO) > ZERO):
+        return f"must be written from {EARLIEST_DATE} to {LATEST_DATE} (on {EARLIEST_DATE} not east of UTC)"
+    return None
+
+
+def check_links(record: ImportRecord) -> tuple[str, str] | None:
+    """Rules between a record's ids, which JSON Schema cannot state: over HTTP they are conflicts (409)."""
     if record.restart_of_build_id is not None and record.restart_of_build_id == record.restarted_as_build_id:
         return "restarted_as_build_id", "cannot equal restart_of_build_id"
     return None
@@ -135,7 +153,7 @@ def read_records(paths: list[Path], errors: list[RecordError]) -> Iterator[tuple
                     if isinstance(record, tuple):
                         errors.append(RecordError(location, *record))
                         continue
-                    problem = check_record(record)
+                    problem = check_record(record) or check_links(record)
                     if problem is None and record.build_id in first_seen:
                         first = first_seen[record.build_id]
                         problem = ("build_id", f"{record.build_id} appears again (first at {first})")

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from buildreport.errors import Problem
-from buildreport.ingest import check_record, decode_error
+from buildreport.ingest import check_links, check_record, decode_error
 from buildreport.models import BuildRecord, InvalidRecord
 
 JSON = "application/json"
@@ -29,14 +29,16 @@ _ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 class InvalidRecords(Problem):
-    """A 400 naming the bad records of a request (the first MAX_REPORTED_RECORDS of them)."""
+    """A 400 naming the bad records of a request (the first MAX_REPORTED_RECORDS of them), or a 409 naming
+    those that contradict stored builds or their own ids."""
 
-    def __init__(self, invalid: list[InvalidRecord]) -> None:
+    def __init__(self, invalid: list[InvalidRecord], status: int = 400) -> None:
         shown = invalid[:MAX_REPORTED_RECORDS]
         first = shown[0]
+        kind = "invalid" if status == 400 else "conflicting"
         super().__init__(
-            400,
-            f"{len(invalid)} invalid record{'s' if len(invalid) != 1 else ''}; nothing was written. "
+            status,
+            f"{len(invalid)} {kind} record{'s' if len(invalid) != 1 else ''}; nothing was written. "
             f"First: record {first.index}: {first.field}: {first.reason}",
             invalid_records=[msgspec.structs.asdict(r) for r in shown],
             invalid_record_count=len(invalid),
@@ -115,7 +117,10 @@ def split_records(body: bytes, kind: str, max_records: int) -> list[bytes]:
     if not raws:
         raise Problem(400, "The body holds no records")
     if len(raws) > max_records:
-        raise Problem(413, f"{len(raws)} records in one request; at most {max_records} are taken")
+        # More items than the document's maxItems: an invalid body (400), saying the limit for senders to split by.
+        raise Problem(
+            400, f"{len(raws)} records in one request; at most {max_records} are taken", max_records=max_records
+        )
     return raws
 
 
@@ -123,9 +128,15 @@ def check_write_record(record: BuildRecord) -> tuple[str, str] | None:
     """The import record's rules, and a name for the build: its build id or the sender's source id."""
     if record.build_id is None and record.source_id is None:
         return "source_id", "a record needs a build_id or a source_id"
-    if record.restart_of_source_id is not None and record.restart_of_source_id == record.source_id:
-        return "restart_of_source_id", "cannot equal source_id"
     return check_record(record)  # type: ignore[arg-type]
+
+
+def record_conflict(record: BuildRecord) -> InvalidRecord | None:
+    """A record whose ids contradict each other: valid by the schema, so a conflict (409), as with stored builds."""
+    if record.restart_of_source_id is not None and record.restart_of_source_id == record.source_id:
+        return InvalidRecord(-1, "restart_of_source_id", "cannot equal source_id")
+    problem = check_links(record)  # type: ignore[arg-type]
+    return None if problem is None else InvalidRecord(-1, *problem)
 
 
 def _field_reason(exc: msgspec.MsgspecError) -> tuple[str, str]:
@@ -138,15 +149,40 @@ def _field_reason(exc: msgspec.MsgspecError) -> tuple[str, str]:
     return field, reason
 
 
+def _whole_numbers(value: object) -> object:
+    """Floats without a fraction as ints: JSON Schema counts `3.0` as an integer, as many JSON encoders write it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole_numbers(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _whole_numbers(item) for key, item in value.items()}
+    return value
+
+
+def decode_record(raw: bytes) -> BuildRecord:
+    """One record; the typed decoder first, and on a float where an integer belongs, again with whole floats as
+    integers (the rare, slower path)."""
+    try:
+        return _RECORD.decode(raw)
+    except msgspec.ValidationError as exc:
+        if "got `float`" not in str(exc):
+            raise
+        return msgspec.convert(_whole_numbers(msgspec.json.decode(raw)), BuildRecord)
+
+
 def parse_records(body: bytes, kind: str, max_records: int) -> list[BuildRecord]:
     """Every record of a body, or InvalidRecords naming each bad one (its 0-based position among the records)."""
     invalid: list[InvalidRecord] = []
     records: list[BuildRecord] = []
     for index, raw in enumerate(split_records(body, kind, max_records)):
         try:
-            record = _RECORD.decode(raw)
+            record = decode_record(raw)
         except msgspec.MsgspecError as exc:
             invalid.append(InvalidRecord(index, *_field_reason(exc)))
+            continue
+        except UnicodeDecodeError as exc:  # msgspec checks UTF-8 inside strings with Python's codec
+            invalid.append(InvalidRecord(index, "(record)", f"not valid UTF-8 (byte {exc.start} of a string)"))
             continue
         problem = check_write_record(record)
         if problem is not None:
@@ -155,6 +191,13 @@ def parse_records(body: bytes, kind: str, max_records: int) -> list[BuildRecord]
         records.append(record)
     if invalid:
         raise InvalidRecords(invalid)
+    conflicts = [
+        InvalidRecord(index, conflict.field, conflict.reason)
+        for index, record in enumerate(records)
+        if (conflict := record_conflict(record)) is not None
+    ]
+    if conflicts:
+        raise InvalidRecords(conflicts, status=409)
     return records
 
 

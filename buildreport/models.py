@@ -15,7 +15,7 @@ import msgspec
 BuildId = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1, description="Positive 64-bit build identifier.")]
 UtcDatetime = Annotated[
     datetime,
-    msgspec.Meta(tz=True, description="RFC 3339 time with an offset, 1970-01-01 to 9999-12-31 UTC; returned in UTC."),
+    msgspec.Meta(tz=True, description="RFC 3339 time with an offset, 1970-01-01 to 9900-01-01 UTC; returned in UTC."),
 ]
 AccountName = Annotated[
     str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$", description="Short account name, e.g. `acme`.")
@@ -269,6 +269,7 @@ class InvalidRecordsProblem(Problem):
 
     invalid_records: list[InvalidRecord] | None = None
     invalid_record_count: int | None = None
+    max_records: int | None = None  # when the request held more records than this
 
 
 # --- insights ---------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ _TITLES = {
     404: ("not-found", "Not found"),
     405: ("method-not-allowed", "Method not allowed"),
     406: ("not-acceptable", "Not acceptable"),
+    409: ("conflict", "Conflict"),
     410: ("gone", "Gone"),
     413: ("content-too-large", "Content too large"),
     415: ("unsupported-media-type", "Unsupported media type"),

@@ -8,7 +8,8 @@ What an answer means for a file:
 - 200: the batch is written; the next one follows.
 - connection errors, timeouts, 408, 429, 5xx: the same batch again after a pause that doubles each
   time, with jitter, or what `Retry-After` asks for.
-- 413 for a batch of more than one record: the batch is halved and sent again.
+- 413 for a batch of more than one record: the batch is halved and sent again; a 400 that names the
+  service's `max_records` below the batch size: batches of that size from then on.
 - 400, 409, 413, 415, 422: the file itself is wrong. It moves to `rejected/` with the problem document
   beside it (`NAME.problem.json`), and the pusher goes on with the next file.
 - any other answer (401, 403, 404, a redirect, a 200 that is not buildreport's): the token or the
@@ -149,6 +150,10 @@ class Pusher:
             if response.status_code == 413 and size > 1:
                 size = max(1, size // 2)
                 continue
+            limit = _max_records(response)
+            if limit is not None and 1 <= limit < len(batch):
+                size = self.batch_size = limit
+                continue
             if response.status_code != 200:
                 return _problem_document(response)
             try:
@@ -234,3 +239,14 @@ def _problem_document(response: httpx.Response) -> bytes:
         pass
     made = {"status": response.status_code, "title": response.reason_phrase, "detail": response.text[:2000]}
     return json.dumps(made, indent=2).encode() + b"\n"
+
+
+def _max_records(response: httpx.Response) -> int | None:
+    """The service's records-per-request limit, from a 400 that refused a batch for being over it."""
+    if response.status_code != 400:
+        return None
+    try:
+        limit = response.json().get("max_records")
+    except (ValueError, AttributeError):
+        return None
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None

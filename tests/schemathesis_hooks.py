@@ -4,6 +4,10 @@ Loaded by tests/test_docs.py through SCHEMATHESIS_HOOKS. Two rules span several 
 says so in their descriptions; each value alone is valid): a `from` must not be later than its `to`, and a
 time grouping of /builds/stats covers at most MAX_TIME_GROUPS days or hours. A request that breaks only such
 a rule is sent with the values put right; every other request goes as generated.
+
+And one rule of the path grammar: an integer in a path is written in plain decimal (`/builds/212`, as the
+service writes its links). JSON Schema counts 212.0 as an integer, so a stateful run that takes a build id
+from a request body written as 212.0 writes it into the path as 212.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ def _parsed(parse: Any, text: Any) -> Any:
 
 @schemathesis.hook
 def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    path = case.path_parameters
+    if isinstance(path, dict):
+        for name, value in path.items():
+            if isinstance(value, float) and value.is_integer():
+                path[name] = int(value)
     query = case.query
     if not isinstance(query, dict):
         return

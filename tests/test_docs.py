@@ -13,8 +13,11 @@ import httpx
 from click.testing import CliRunner
 from conftest import auth, record
 
-from buildreport.cli import main
+from buildreport.cli import main, sample_data_path
 from buildreport.docs import MAX_INT64
+from buildreport.ingest import import_files
+from buildreport.store.schema import open_database
+from buildreport.times import now_us
 
 HOOKS = Path(__file__).resolve().parent / "schemathesis_hooks.py"
 PHASES = "examples,coverage,fuzzing,stateful"
@@ -85,30 +88,67 @@ def test_document_describes_what_the_server_answers(env):
     assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"
 
 
-def test_schemathesis_finds_nothing_in_the_document(demo, tmp_path):
-    """Every operation, every check, every phase, against a real server on the sample data with a valid token."""
+def _schemathesis(url: str, token: str, cwd: Path, *selection: str) -> tuple[str, float]:
+    """Schemathesis's command line over the served document with every check and phase; its output and time."""
     started = time.monotonic()
     result = subprocess.run(
         [
-            sys.executable, "-m", "schemathesis.cli", "run", f"{demo.url}/docs/openapi.json",
-            "--header", f"Authorization: Bearer {demo.tokens['acme']}",
+            sys.executable, "-m", "schemathesis.cli", "run", f"{url}/docs/openapi.json",
+            "--header", f"Authorization: Bearer {token}",
             "--checks", "all", "--phases", PHASES, "--max-examples", str(MAX_EXAMPLES),
             "--workers", "1", "--seed", "20261123", "--generation-deterministic", "--no-color",
-            "--max-failures", "20", "--include-method", "GET",
+            "--max-failures", "20", *selection,
         ],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=tmp_path,  # its cache goes there
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=cwd,  # its cache goes there
         env={**os.environ, "SCHEMATHESIS_HOOKS": HOOKS.stem, "PYTHONPATH": str(HOOKS.parent)},
     )
-    seconds = time.monotonic() - started
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     assert "No issues found" in output, output[-5000:]
+    return output, time.monotonic() - started
+
+
+def test_schemathesis_finds_nothing_in_the_document(demo, tmp_path):
+    """Every read operation, every check, every phase, against a real server on the sample data."""
+    output, seconds = _schemathesis(demo.url, demo.tokens["acme"], tmp_path, "--include-method", "GET")
     operations = re.search(r"Operations:\s+(\d+) selected / (\d+) total", output)
     reads = [path for path, item in httpx.get(f"{demo.url}/docs/openapi.json").json()["paths"].items() if "get" in item]
     assert operations and int(operations[1]) == len(reads) >= 6, output[-3000:]
     cases = re.search(r"(\d+) generated, (\d+) passed", output)
     assert cases and cases[1] == cases[2] and int(cases[1]) > 300, output[-3000:]
     print(f"schemathesis: {operations[1]} operations, {cases[1]} cases, {seconds:.1f}s")
+
+
+def test_schemathesis_finds_nothing_with_a_token_that_reads_and_writes(env, serve, tmp_path):
+    """Every operation, POST /builds included, with a read+write token on a database of its own: every
+    schema-valid body is taken (or is a 409 conflict), every invalid one refused with a 4xx, the stateful
+    phase follows written builds to their pages, and the fuzzer's records really were written."""
+    conn = open_database(env.db)
+    try:
+        import_files(conn, [sample_data_path()], now_us())
+    finally:
+        conn.close()
+    token = env.token("acme", scopes=("build:read", "build:write"))
+    server = serve(env.db)
+    before = _build_count(server.url, token)
+    output, seconds = _schemathesis(server.url, token, tmp_path)
+    operations = re.search(r"Operations:\s+(\d+) selected / (\d+) total", output)
+    document = httpx.get(f"{server.url}/docs/openapi.json").json()
+    assert "post" in document["paths"]["/builds"]
+    every = sum(1 for item in document["paths"].values() for method in item if method in ("get", "post"))
+    assert operations and int(operations[1]) == int(operations[2]) == every >= 7, output[-3000:]
+    assert re.search(r"Stateful \(in ", output), output[-3000:]
+    cases = re.search(r"(\d+) generated, (\d+) passed", output)
+    assert cases and cases[1] == cases[2] and int(cases[1]) > 300, output[-3000:]
+    written = _build_count(server.url, token) - before
+    assert written > 0, output[-3000:]  # records were taken, not only refused
+    print(f"schemathesis: {operations[1]} operations, {cases[1]} cases, {written} builds written, {seconds:.1f}s")
+
+
+def _build_count(url: str, token: str) -> int:
+    answer = httpx.get(f"{url}/builds/summary", headers=auth(token))
+    assert answer.status_code == 200, answer.text
+    return answer.json()["build_count"]
 
 
 def test_an_unknown_path_under_docs_is_a_problem_document(env):

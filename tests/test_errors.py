@@ -551,15 +551,16 @@ def test_openapi_documents_the_write_body_from_the_record_type(openapi):
     operation = openapi["paths"]["/builds"]["post"]
     content = operation["requestBody"]["content"]
     record = {"$ref": "#/components/schemas/BuildRecord"}
-    assert content["application/json"]["schema"] == {"type": "array", "items": record}
+    assert content["application/json"]["schema"] == {"type": "array", "items": record, "minItems": 1, "maxItems": 5000}
     assert content["application/x-ndjson"]["schema"] == record
     properties = openapi["components"]["schemas"]["BuildRecord"]["properties"]
     assert {"source_id", "restart_of_source_id", "build_id", "log"} <= set(properties)
     assert "account" not in properties
-    assert properties["source_id"]["maxLength"] == 200
-    for code in ("200", "400", "401", "403", "413", "415", "429"):
+    assert properties["source_id"]["anyOf"][0]["maxLength"] == 200
+    for code in ("200", "400", "401", "403", "409", "413", "415", "429"):
         assert code in operation["responses"], code
     assert "invalid_records" in str(operation["responses"]["400"])
+    assert "invalid_records" in str(operation["responses"]["409"])
 
 
 @pytest.mark.parametrize("path", list(PARAMETERS))

@@ -121,9 +121,9 @@ def test_a_body_sent_in_chunks_without_length_is_bounded_too(service):
     problem(response, 413)
 
 
-def test_more_records_than_the_cap_is_413(service):
-    body = problem(service.post([write_record(f"cap:{i}") for i in range(MAX_RECORDS + 1)]), 413)
-    assert str(MAX_RECORDS) in body["detail"]
+def test_more_records_than_the_cap_is_400_naming_the_cap(service):
+    body = problem(service.post([write_record(f"cap:{i}") for i in range(MAX_RECORDS + 1)]), 400)
+    assert str(MAX_RECORDS) in body["detail"] and body["max_records"] == MAX_RECORDS
     assert service.post([write_record(f"cap:{i}") for i in range(MAX_RECORDS)]).status_code == 200
 
 
@@ -194,7 +194,7 @@ def test_writes_need_a_token(service):
 
 def test_a_write_token_cannot_touch_another_accounts_builds(service):
     theirs = service.post([write_record("iso:1", cpu_seconds=1)], token=service.other_writer).json()["build_ids"][0]
-    by_id = problem(service.post([write_record(build_id=theirs, cpu_seconds=999)]), 400)
+    by_id = problem(service.post([write_record(build_id=theirs, cpu_seconds=999)]), 409)
     assert by_id["invalid_records"][0]["field"] == "build_id"
     mine = service.post([write_record("iso:1", cpu_seconds=2)]).json()
     assert mine["created"] == 1 and mine["build_ids"] != [theirs]
@@ -259,3 +259,24 @@ def test_reads_go_on_during_a_write_and_never_see_half_of_it(tmp_path, serve):
     assert answer["response"].status_code == 200, answer["response"].text
     assert seen == {0, count}, "a reader saw part of a request, or never saw it whole"
     assert reads >= 2, reads
+
+
+def test_a_record_whose_ids_contradict_each_other_is_a_409_and_nothing_is_written(service):
+    before = service.get("/builds/summary").json()["build_count"]
+    body = problem(service.post([
+        write_record("self:ok"),
+        write_record("self:1", restart_of_source_id="self:1"),
+        write_record("self:2", restart_of_build_id=4, restarted_as_build_id=4),
+    ]), 409)
+    assert [(r["index"], r["field"]) for r in body["invalid_records"]] == [
+        (1, "restart_of_source_id"), (2, "restarted_as_build_id")]
+    assert service.get("/builds/summary").json()["build_count"] == before
+
+
+def test_whole_numbers_written_with_a_fraction_are_taken_as_integers(service):
+    record = {**write_record("whole:1"), "cpu_seconds": 42.0, "cpu_count": 2.0}
+    answer = service.post([record])
+    assert answer.status_code == 200, answer.text
+    build = service.get(f"/builds/{answer.json()['build_ids'][0]}").json()
+    assert (build["cpu_seconds"], build["cpu_count"]) == (42, 2)
+    problem(service.post([{**write_record("whole:2"), "cpu_seconds": 42.5}]), 400)

@@ -358,6 +358,15 @@ def test_a_batch_too_large_is_halved(tmp_path):
     assert [len(b) for b in script.bodies] == [8, 4, 4]
 
 
+def test_a_batch_over_the_service_record_limit_is_sent_in_batches_of_that_limit(tmp_path):
+    spool_records(tmp_path, "s", files=1, per_file=8)
+    over = httpx.Response(400, json={"status": 400, "detail": "8 records in one request", "max_records": 3})
+    script = Script(over, httpx.Response(200), httpx.Response(200), httpx.Response(200))
+    pusher = scripted(tmp_path, script, [], batch_size=8)
+    assert pusher.push_all()
+    assert [len(b) for b in script.bodies] == [8, 3, 3, 2]
+
+
 @pytest.mark.parametrize(
     "answer",
     [

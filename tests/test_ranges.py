@@ -23,7 +23,7 @@ from buildreport.models import (
 )
 from buildreport.store.totals import MAX_ACCOUNT_TOTAL
 
-LATEST = "9999-12-31T23:59:59.999999Z"
+LATEST = "9899-12-31T23:59:59.999999Z"
 
 
 def import_cli(db, *files):
@@ -59,15 +59,15 @@ BAD_FIELDS = {
     "long status message": ({"status_message": "m" * 5000}, "status_message", "length"),
     "year 0001": ({"create_time": "0001-01-01T00:00:00+01:00"}, "create_time", "1970"),
     "before 1970": ({"start_time": "1969-12-31T23:59:59Z"}, "start_time", "1970"),
-    "offset past 9999": (
-        {"create_time": "9999-12-31T23:00:00-02:00", "start_time": "9999-12-31T23:00:00-02:00"},
+    "written past 9899": (
+        {"create_time": "9900-01-01T00:00:00+01:00", "start_time": "9900-01-01T00:00:00+01:00"},
         "create_time",
-        "9999",
+        "9899",
     ),
-    "start plus duration past 9999": (
-        {"create_time": "9999-12-31T23:00:00Z", "start_time": "9999-12-31T23:00:00Z", "duration_seconds": 3601},
-        "duration_seconds",
-        "9999",
+    "1970-01-01 east of UTC": (
+        {"create_time": "1970-01-01T05:00:00+01:00", "start_time": "1970-01-01T05:00:00+01:00"},
+        "create_time",
+        "east of UTC",
     ),
 }
 
@@ -121,8 +121,8 @@ def test_a_corrupt_gzip_file_is_reported_by_file(env):
 def edge_record(build_id: int, **overrides):
     """A build at the top of every range."""
     fields = dict(
-        create_time="9999-12-31T23:59:59.999999Z",
-        start_time="9999-12-31T23:59:59Z",
+        create_time="9899-12-31T23:59:59.999999Z",
+        start_time="9899-12-31T23:59:59Z",
         duration_seconds=0.999999,
         queue_time_seconds=MAX_DURATION_SECONDS,
         cpu_seconds=MAX_CPU_SECONDS,

@@ -10,7 +10,7 @@ from conftest import Env, auth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from buildreport.ingest import LATEST_US
+from buildreport.ingest import LATEST_US, check_time
 from buildreport.models import (
     MAX_CPU_COUNT,
     MAX_CPU_SECONDS,
@@ -59,6 +59,8 @@ def moments(draw, low_us: int = 0, high_us: int = LATEST_US) -> tuple[int, str]:
     try:
         local = moment.astimezone(timezone(timedelta(minutes=minutes)))
     except OverflowError:
+        local = moment.astimezone(UTC)
+    if check_time(local) is not None:  # its written date would leave the range: written in UTC instead
         local = moment.astimezone(UTC)
     return us, local.isoformat()
 

@@ -161,3 +161,15 @@ def test_a_build_named_by_id_and_by_source_in_one_request_is_written_in_order(co
     assert stored(conn) == [(1, ACME, "r:1", "built")]
     hourly = conn.execute("SELECT status, builds FROM hourly_totals").fetchall()
     assert hourly == [("built", 1)]
+
+
+def test_ids_are_assigned_below_the_lowest_once_the_highest_is_taken(conn):
+    top = 2**63 - 1
+    write_records(conn, ACME, records(write_record("low:0", build_id=5), write_record("low:1", build_id=top)), 0)
+    result = write_records(conn, ACME, records(write_record("low:2"), write_record("low:3")), 0)
+    assert result.build_ids == [4, 3]
+    again = write_records(conn, ACME, records(write_record("low:4", build_id=2), write_record("low:5")), 0)
+    assert again.build_ids == [2, 1]
+    with pytest.raises(WriteConflicts) as refused:
+        write_records(conn, ACME, records(write_record("low:6")), 0)
+    assert refused.value.invalid[0].field == "source_id"

@@ -35,6 +35,7 @@ from buildreport.store.totals import (
 )
 from buildreport.times import to_us
 
+MAX_BUILD_ID = 2**63 - 1
 _BUILD_FIELD_COUNT = len(Build.__struct_fields__)
 _STATUS_AT = Build.__struct_fields__.index("build_status")  # `status`, its alias, follows it
 assert Build.__struct_fields__[_STATUS_AT + 1] == "status"
@@ -197,6 +198,7 @@ class BuildWriter:
         # Names of the builds in the batch: a record naming one of them again waits for the batch to be written.
         self._keys: set[tuple[int, str] | int] = set()
         self._next_id = 0
+        self._low_id: int | None = None  # counting down once the ids above the highest are used up
         self._hours: set[tuple[int, int]] = set()
         self._days: set[tuple[int, int]] = set()
         self._hours_per_account: dict[int, int] = {}
@@ -315,6 +317,17 @@ class BuildWriter:
             found.update(((account_id, source), build_id) for source, build_id in rows)
         return found
 
+    def _new_id(self) -> int | None:
+        """The next build id the service assigns: above the highest stored one, or, once a sender named build
+        2^63 - 1, below the lowest; None when none is left."""
+        if self._next_id <= MAX_BUILD_ID:
+            new, self._next_id = self._next_id, self._next_id + 1
+            return new
+        if self._low_id is None or self._low_id < 1:
+            return None
+        new, self._low_id = self._low_id, self._low_id - 1
+        return new
+
     def _resolve(self, items: list[_Item]) -> list[_Item]:
         """Give every record its build id and restart link; the records that can be written."""
         sources = self._sources(items) if any(hasattr(item.record, "source_id") for item in items) else {}
@@ -323,6 +336,11 @@ class BuildWriter:
             (stored_max,) = self._conn.execute("SELECT coalesce(max(build_id), 0) FROM builds").fetchone()
             named = max((item.record.build_id or 0 for item in items), default=0)
             self._next_id = max(self._next_id, stored_max + 1, named + 1)
+            if self._next_id > MAX_BUILD_ID:
+                (stored_min,) = self._conn.execute("SELECT min(build_id) FROM builds").fetchone()
+                stored_min = MAX_BUILD_ID + 1 if stored_min is None else stored_min
+                lowest = min((item.record.build_id for item in items if item.record.build_id), default=stored_min)
+                self._low_id = min(self._low_id if self._low_id is not None else stored_min, stored_min, lowest) - 1
         resolved = []
         for item in items:
             record = item.record
@@ -330,7 +348,10 @@ class BuildWriter:
             known = sources.get((item.account_id, source)) if source is not None else None
             if record.build_id is None:
                 if known is None:
-                    known, self._next_id = self._next_id, self._next_id + 1
+                    known = self._new_id()
+                if known is None:
+                    self._conflict(item.location, "source_id", "no build id is free; name the build by build_id")
+                    continue
                 item.build_id = known
             elif known is not None and known != record.build_id:
                 self._conflict(item.location, "source_id", f"{source!r} already names build {known}")
