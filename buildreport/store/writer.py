@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
+from buildreport.store.tag_totals import TagTouches
 from buildreport.store.totals import (
     DAILY,
     FULL_RECOMPUTE_THRESHOLD,
@@ -203,6 +204,7 @@ class BuildWriter:
         self._full: set[int] = set()  # accounts whose totals are recomputed rather than kept by differences
         self._hour_deltas: dict[tuple[int, int, str], HourDelta] = {}
         self._usage_deltas: dict[tuple[int, int], list[int]] = {}
+        self._tags = TagTouches()
         self.stats = WriteStats()
         self._last_location: dict[int, object] = {}
         self.build_ids: list[int | None] | None = [] if keep_ids else None
@@ -245,6 +247,7 @@ class BuildWriter:
             recompute_days(self._conn, {key for key in self._days if key[0] in full})
         apply_hour_deltas(self._conn, {k: d for k, d in self._hour_deltas.items() if k[0] not in full})
         apply_usage_deltas(self._conn, {k: d for k, d in self._usage_deltas.items() if k[0] not in full})
+        self._tags.apply(self._conn)
         for account_id, location in self._last_location.items():
             field = oversized_totals(self._conn, account_id)
             if field is not None:
@@ -448,6 +451,7 @@ class BuildWriter:
             "DELETE FROM build_tags WHERE account_id = ? AND key = ? AND value = ? AND create_us = ? AND build_id = ?",
             stale,
         )
+        self._tags.add(stale)
         fresh = []
         for row in rows:
             fresh += [(row.account_id, k, v, row.create_us, row.build.build_id) for k, v in row.build.tags.items()]
@@ -455,6 +459,7 @@ class BuildWriter:
             "INSERT OR IGNORE INTO build_tags (account_id, key, value, create_us, build_id) VALUES (?, ?, ?, ?, ?)",
             fresh,
         )
+        self._tags.add(fresh)
 
     def _link_peers(self, rows: list[_Row]) -> None:
         """Make every restart link hold in both directions, once both builds are stored."""
