@@ -98,7 +98,7 @@ def _check_public_url(ctx: click.Context, param: click.Parameter, value: str | N
     if value is None:
         return None
     if len(value) > 2000 or not re.fullmatch(r"https?://[\x21-\x7e]+", value):
-        raise click.BadParameter(f"{printable(value)!r} is not an http(s):// address of at most 2000 characters")
+        raise click.BadParameter(f"{printable(value)!r} is not an http(s) address of at most 2000 characters")
     parts = urlsplit(value)
     if not parts.netloc or parts.query or parts.fragment:
         raise click.BadParameter(f"{value!r} is not an http(s) address such as https://builds.example.com/api/v1")
@@ -458,6 +458,8 @@ def push(
             pusher.push_all()
     except PushStopped as exc:
         raise click.ClickException(f"{exc}; nothing more was sent") from exc
+    except OSError as exc:
+        raise click.ClickException(f"{exc.filename or spool_dir}: {exc.strerror}") from exc
     finally:
         pusher.close()
     stats = pusher.stats

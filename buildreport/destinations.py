@@ -36,12 +36,10 @@ class DatabaseSink:
     def __init__(self, db: Path | str, account: str) -> None:
         # The storage layer is imported here, not above: it takes a runner session about half a second
         # to load, and a spool needs none of it.
-        from buildreport.store.admin import ensure_account
         from buildreport.store.schema import open_database
 
         self.conn = open_database(db)
-        with self.conn:
-            self.account_id = ensure_account(self.conn, account, now_us())
+        self.account = account
         self.lock = threading.Lock()
 
     def __call__(self, record: BuildRecord) -> None:
@@ -52,7 +50,7 @@ class DatabaseSink:
 
         with self.lock:
             try:
-                write_records(self.conn, self.account_id, records, now_us())
+                write_records(self.conn, self.account, records, now_us())
             except WriteConflicts as exc:
                 first = exc.invalid[0]
                 raise ValueError(f"the database refused it: {first.field}: {first.reason}") from exc

@@ -133,7 +133,7 @@ class Pusher:
                 lines = [line.rstrip(b"\r\n") for line in handle if line.strip()]
             problem = self._send_lines(path, lines)
             if problem is None:
-                path.unlink()
+                path.unlink(missing_ok=True)  # missing: removed by hand meanwhile; it was sent all the same
                 self.stats.files_sent += 1
             else:
                 self._reject(path, problem)

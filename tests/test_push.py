@@ -416,3 +416,4 @@ def test_backoff_doubles_up_to_its_cap_with_jitter():
         delays = [backoff(attempt, 30.0) for _ in range(50)]
         assert all(cap / 2 <= d <= cap for d in delays)
         assert len(set(delays)) > 1
+
