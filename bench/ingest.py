@@ -110,8 +110,10 @@ def measure(cli: list[str], db: Path, run_dir: Path, read_token: str, read_paths
             wrk: str | None, workers: int = 1) -> dict[str, Any]:
     """Figures of ingestion into a copy of `db`: builds/s and read latency, alone and with 1 and 4 senders."""
     copy = run_dir / "ingest.db"
-    with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
-        source.backup(target)
+    # The tokens live in the file beside the database: the read token must work on the copy too.
+    for suffix in ("", "-auth"):
+        with sqlite3.connect(str(db) + suffix) as source, sqlite3.connect(str(copy) + suffix) as target:
+            source.backup(target)
     made = subprocess.run([*cli, "token", "create", "--db", str(copy), "--account", "acme", "--scope",
                            "build:write", "--expires-in", "1d", "--label", "make bench ingest"],
                           capture_output=True, text=True, timeout=120, check=True)
@@ -154,6 +156,6 @@ def measure(cli: list[str], db: Path, run_dir: Path, read_token: str, read_paths
                 raise RuntimeError("the server exited during ingestion:\n" + server.log_tail())
     finally:
         server.stop()
-        for suffix in ("", "-wal", "-shm", ".secret"):
+        for suffix in ("", "-wal", "-shm", ".secret", "-auth", "-auth-wal", "-auth-shm"):
             Path(str(copy) + suffix).unlink(missing_ok=True)
     return result

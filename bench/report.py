@@ -13,7 +13,12 @@ TARGETS = {
     "summary_365d_p50_ms": 20.0,
     "usage_month_p50_ms": 10.0,
     "usage_year_p50_ms": 20.0,
+    "summary_tag_365d_p50_ms": 20.0,
+    "summary_tag_30d_p50_ms": 5.0,
+    "summary_client_p50_ms": 1.0,
     "import_1m_nolog_s": 30.0,
+    "datasette_list": 10.0,
+    "datasette_lookup": 5.0,
     "http_over_floor": 1.5,
     "workers_gain": 1.10,
 }
@@ -79,6 +84,16 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(_row(label + " (1 client)", f"≤ {TARGETS[limit]:g} ms", value, f"{ms(value)} ms",
                          value is not None and value <= TARGETS[limit]))
 
+    for key, label, limit in (
+        ("summary_365d_tag", "/builds/summary 365 days, one tag pair, p50", "summary_tag_365d_p50_ms"),
+        ("summary_30d_tag", "/builds/summary 30 days, one tag pair, p50", "summary_tag_30d_p50_ms"),
+        ("summary_client", "/builds/summary, the client's three tag pairs, default window, p50",
+         "summary_client_p50_ms"),
+    ):
+        value = dig(eps, key, "c1", "p50_ms")
+        rows.append(_row(label + " (1 client)", f"≤ {TARGETS[limit]:g} ms", value, f"{ms(value)} ms",
+                         value is not None and value <= TARGETS[limit], dig(eps, key, "label") or ""))
+
     builds = dig(out, "settings", "builds")
     entry = dig(out, "import", "without_logs") or {}
     wall, fixed, net = entry.get("wall_s"), entry.get("fixed_s"), entry.get("net_s")
@@ -98,6 +113,14 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                      f"≤ {TARGETS['import_1m_nolog_s']:g} s", value, f"{value:.1f} s" if value is not None else "",
                      value is not None and value <= TARGETS["import_1m_nolog_s"], note))
 
+    for key, label, limit in (("list", "newest 500 builds of an account", "datasette_list"),
+                              ("lookup", "one build by id", "datasette_lookup")):
+        ratio, shown, note = datasette_ratio(out, key, "c32", "rps")
+        if dig(out, "datasette", "skipped"):
+            note = "skipped: " + out["datasette"]["skipped"]
+        rows.append(_row(f"buildreport / Datasette, {label}, req/s at 32 connections",
+                         f"≥ {TARGETS[limit]:g}×", ratio, shown, ratio is not None and ratio >= TARGETS[limit], note))
+
     floors = dig(out, "floor", "endpoints") or {}
     for key, entry in eps.items():
         http_p50 = dig(entry, "c1", "p50_ms")
@@ -116,6 +139,54 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                          f"{ratio:.2f}× ({rps(one)} → {rps(two)} req/s)" if ratio is not None else "",
                          ratio is not None and ratio >= TARGETS["workers_gain"]))
     return rows
+
+
+# What buildreport answers for each Datasette question.
+DATASETTE_PAIRS = {"list": "builds_365d", "lookup": "build_by_id", "count": "summary_30d_status"}
+
+
+def datasette_ratio(out: dict[str, Any], key: str, load: str, figure: str) -> tuple[float | None, str, str]:
+    """buildreport over Datasette (req/s), or Datasette over buildreport (latency): above 1 buildreport leads."""
+    ours = dig(out, "http", "endpoints", DATASETTE_PAIRS[key], load, figure)
+    theirs = dig(out, "datasette", key, load, figure)
+    if not ours or not theirs:
+        return None, "", ""
+    ratio = ours / theirs if figure == "rps" else theirs / ours
+    shown = f"{ratio:.2f}× ({rps(ours)} vs {rps(theirs)} req/s)" if figure == "rps" else (
+        f"{ratio:.2f}× ({ms(ours)} vs {ms(theirs)} ms)")
+    return ratio, shown, f"buildreport: `{dig(out, 'http', 'endpoints', DATASETTE_PAIRS[key], 'label')}`"
+
+
+def _datasette_section(out: dict[str, Any]) -> list[str]:
+    d = out.get("datasette")
+    if not d:
+        return []
+    lines = ["## Side by side: Datasette", ""]
+    if d.get("skipped"):
+        return [*lines, f"Skipped: {d['skipped']}", ""]
+    lines += [f"Datasette {d['version']} (from PyPI, in `bench/data/datasette-venv`), `datasette serve -i` "
+              f"(immutable), one process, on a copy of the builds table with the same columns "
+              f"({mib(d.get('db_bytes'))}, copied in {d.get('copy_s')} s or cached) and these indexes: "
+              + "; ".join(f"`{i}`" for i in d.get("indexes", [])) + ". Both servers were measured in this run "
+              "with the same client; ratios above 1 mean buildreport is faster.", ""]
+    rows = []
+    labels = {"list": "newest 500 builds of an account", "lookup": "one build by id",
+              "count": "builds with status built, 30 days (count / summary)"}
+    for key, label in labels.items():
+        entry = d.get(key) or {}
+        ours = DATASETTE_PAIRS[key]
+        p50 = datasette_ratio(out, key, "c1", "p50_ms")[1]
+        c32 = datasette_ratio(out, key, "c32", "rps")[1]
+        rows.append([label, f"`{(entry.get('paths') or [''])[0]}`", ms(dig(entry, "c1", "p50_ms")),
+                     rps(dig(entry, "c32", "rps")), ms(dig(out, "http", "endpoints", ours, "c1", "p50_ms")),
+                     rps(dig(out, "http", "endpoints", ours, "c32", "rps")), p50, c32])
+    lines += _table(["question", "Datasette path", "Datasette p50 ms (1 conn)", "Datasette req/s (32 conn)",
+                     "buildreport p50 ms", "buildreport req/s", "p50 ratio", "req/s ratio"], rows)
+    probe = d.get("probe") or {}
+    lines += [f"Datasette answered {probe.get('list_items')} builds to the listing and counted "
+              f"{probe.get('count')} builds; buildreport's counterparts: `/builds` 365 days (500 builds), "
+              "`/builds/{id}`, `/builds/summary?status=built` over 30 days (a whole summary, not only a count).", ""]
+    return lines
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -177,6 +248,18 @@ def markdown(out: dict[str, Any]) -> str:
               + ", ".join(f"{k} {v:,}" for k, v in tags.items()) + ". Files: "
               + "; ".join(f"`{name}` {mib(f.get('bytes'))}" + (" (cached)" if f.get("cached")
                           else f" (generated in {f.get('seconds')} s)") for name, f in files.items()) + ".", ""]
+    kept = dig(out, "data", "tag_totals") or {}
+    if "rows" in kept:
+        size = f"{mib(kept['bytes'])}" if kept.get("bytes") is not None else kept.get("bytes_note", "")
+        lines += [f"Kept per tag pair: {kept['promoted_pairs']:,} of {kept['pairs']:,} distinct pairs "
+                  f"({kept['tag_rows']:,} tag rows) have daily totals, "
+                  + ", ".join(f"{k} {v:,}" for k, v in (kept.get("promoted_by_key") or {}).items())
+                  + f"; {kept['rows']:,} rows of tag_daily_totals, {size}. A pair gets totals once 500 builds "
+                  "of an account carry it, so at most one pair per 500 tag rows does, with at most one row per "
+                  "(day, status) and never more rows than builds.", ""]
+    client = dig(out, "data", "client_tags")
+    if client:
+        lines += ["The client's summary asks for `" + ",".join(client) + "`.", ""]
     rows = []
     for key, label in (("with_logs", f"with logs ({s.get('log_share', 0):.0%})"), ("without_logs", "without logs")):
         entry = dig(out, "import", key)
@@ -192,6 +275,8 @@ def markdown(out: dict[str, Any]) -> str:
               "0.1 s); `empty-file s`: the wall time of importing an empty file into a new database (start-up, "
               "schema), and `net` is wall minus that. The database of the import with logs is the one served "
               "below; the one without logs is deleted after measuring.", ""]
+
+    lines += _datasette_section(out)
 
     lines += ["## HTTP, one worker (`--workers 1 --rate-limit 0 --no-access-log`)", ""]
     eps = dig(out, "http", "endpoints") or {}

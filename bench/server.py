@@ -74,7 +74,8 @@ class Server:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.command = [*cli, "serve", "--db", str(db), "--host", "127.0.0.1", "--port", str(self.port),
-                        "--workers", str(workers), "--rate-limit", "0", "--no-access-log"]
+                        "--workers", str(workers), "--rate-limit", "0", "--link-rate-limit", "0",
+                        "--no-access-log"]
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
