@@ -17,6 +17,9 @@ TARGETS = {
     "summary_tag_30d_p50_ms": 5.0,
     "summary_client_p50_ms": 1.0,
     "import_1m_nolog_s": 30.0,
+    "bare_build_rps": 0.8,
+    "overhead_over_bare_p50": 1.5,
+    "peak_anon_mib": 200.0,
     "datasette_list": 10.0,
     "datasette_lookup": 5.0,
     "http_over_floor": 1.5,
@@ -121,7 +124,29 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(_row(f"buildreport / Datasette, {label}, req/s at 32 connections",
                          f"≥ {TARGETS[limit]:g}×", ratio, shown, ratio is not None and ratio >= TARGETS[limit], note))
 
+    sampled = dig(out, "http", "memory", "sampled") or {}
+    anon = sampled["peak_rss_anon_kib"] / 1024 if sampled.get("samples") else None
+    mapped = f"; mapped file pages peaked at {sampled.get('peak_rss_file_kib', 0) / 1024:,.1f} MiB" if anon else ""
+    rows.append(_row("peak RssAnon of one worker over the HTTP run (sampled every 0.2 s)",
+                     f"≤ {TARGETS['peak_anon_mib']:g} MiB", anon, f"{anon:,.1f} MiB" if anon is not None else "",
+                     anon is not None and anon <= TARGETS["peak_anon_mib"], f"{sampled.get('samples', 0)} samples"
+                     + mapped))
+    bare_rps, build_rps = dig(out, "bare", "c32", "rps"), dig(eps, "build_by_id", "c32", "rps")
+    ratio = build_rps / bare_rps if bare_rps and build_rps is not None else None
+    rows.append(_row("/builds/{id} req/s over a bare Litestar app's (constant 800-byte JSON), 32 connections",
+                     f"≥ {TARGETS['bare_build_rps']:g}×", ratio,
+                     f"{ratio:.2f}× ({rps(build_rps)} / {rps(bare_rps)} req/s)" if ratio is not None else "",
+                     ratio is not None and ratio >= TARGETS["bare_build_rps"]))
     floors = dig(out, "floor", "endpoints") or {}
+    bare_p50 = dig(out, "bare", "c1", "p50_ms")
+    for key, entry in eps.items():
+        http_p50, floor_p50 = dig(entry, "c1", "p50_ms"), dig(floors, key, "p50_ms")
+        over = http_p50 - floor_p50 if http_p50 is not None and floor_p50 is not None else None
+        ratio = over / bare_p50 if over is not None and bare_p50 else None
+        rows.append(_row(f"HTTP overhead (p50 − floor) / bare app p50: {entry['label']}",
+                         f"≤ {TARGETS['overhead_over_bare_p50']:g}×", ratio,
+                         f"{ratio:.2f}× ({ms(over)} / {ms(bare_p50)} ms)" if ratio is not None else "",
+                         ratio is not None and ratio <= TARGETS["overhead_over_bare_p50"]))
     for key, entry in eps.items():
         http_p50 = dig(entry, "c1", "p50_ms")
         floor_p50 = dig(floors, key, "p50_ms")

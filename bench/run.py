@@ -38,7 +38,7 @@ sys.path.insert(0, str(BENCH))
 
 import load  # noqa: E402
 import report  # noqa: E402
-from server import Server, get  # noqa: E402
+from server import AnonSampler, Server, get  # noqa: E402
 
 SEED = 1
 DAYS = 365
@@ -465,6 +465,7 @@ class Bench:
         self.commands.append(rel(server.command))
         try:
             server.start()
+            sampler = AnonSampler(server.process.pid)  # type: ignore[union-attr]
             self.say(f"server (1 worker) up on {server.base} in {server.startup_s:.2f}s")
             page = next(ep for ep in eps if ep["kind"] == "page")
             self.signed_links(server, page)
@@ -479,6 +480,7 @@ class Bench:
                 for connections, threads in LOADS:
                     entry[f"c{connections}"] = self.load(server, ep, connections, threads)
             memory = server.memory()
+            memory["sampled"] = sampler.stop()
         finally:
             server.stop()
         self.out["http"] = {"server": server.info(), "endpoints": results, "memory": memory}
@@ -504,6 +506,26 @@ class Bench:
         if not server.clean_exit():
             self.notes.append(f"the 2-worker server exited with {server.exit_code} after SIGTERM")
         self.phase("http_2_workers", started)
+
+    # --- a bare Litestar app, the yardstick of HTTP overhead ---------------------------------------
+
+    def bare(self) -> None:
+        started = time.perf_counter()
+        server = Server(self.cli, self.db, 1, RUN_DIR / "bare.log")
+        server.command = [sys.executable, str(BENCH / "bare.py"), str(server.port)]
+        self.commands.append(rel(server.command))
+        result: dict[str, Any] = {}
+        try:
+            server.start()
+            ep = {"key": "bare", "kind": "bare", "paths": ["/build"]}
+            for connections, threads in LOADS:
+                result[f"c{connections}"] = self.load_plain(server.base, ep, connections, threads)
+        except Exception as exc:
+            self.fail(f"bare Litestar app: {exc}")
+        finally:
+            server.stop()
+        self.out["bare"] = result
+        self.phase("bare", started)
 
     # --- Datasette, side by side ---------------------------------------------------------------
 
@@ -631,6 +653,7 @@ class Bench:
             self.token()
             eps = self.endpoints()
             self.serve_one_worker(eps)
+            self.bare()
             self.serve_two_workers(eps)
             self.datasette(eps)
             self.ingestion(eps)
