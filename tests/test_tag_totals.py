@@ -101,11 +101,10 @@ def to_filter(window: dict) -> BuildFilter:
     batches=st.lists(st.lists(tagged_build, min_size=1, max_size=15), min_size=1, max_size=4),
     promote_at=st.integers(1, 6),
     track_limit=st.sampled_from([2, 20_000]),
-    full_at=st.sampled_from([1, 500]),
     windows=st.lists(window_strategy, min_size=1, max_size=8),
 )
-def test_tag_totals_and_summaries_stay_exact_after_any_imports(batches, promote_at, track_limit, full_at, windows):
-    thresholds = {"PROMOTE_AT": promote_at, "TRACK_LIMIT": track_limit, "FULL_RECOMPUTE_THRESHOLD": full_at}
+def test_tag_totals_and_summaries_stay_exact_after_any_imports(batches, promote_at, track_limit, windows):
+    thresholds = {"PROMOTE_AT": promote_at, "TRACK_LIMIT": track_limit}
     with patched(**thresholds), tempfile.TemporaryDirectory() as tmp:
         conn = open_database(Path(tmp) / "t.db")
         for number, batch in enumerate(batches):

@@ -7,8 +7,8 @@ through the tag index, which costs at most PROMOTE_AT rows. Near-unique values (
 never get totals, and what is kept stays bounded: at most one promoted pair per PROMOTE_AT tag rows, and
 per promoted pair at most one row per (UTC day, status) with builds, never more rows than it has builds.
 
-Totals of a pair are recomputed from its builds for every day a write touched; a write touching more
-days than FULL_RECOMPUTE_THRESHOLD, or more pairs than TRACK_LIMIT (a large import), recomputes in one pass.
+A write changes the totals of a promoted pair by the differences of the builds it adds and takes away;
+a write touching more pairs than TRACK_LIMIT (a large import) recomputes them all in one pass.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import msgspec
 from buildreport.filters import BuildFilter
 from buildreport.store import queries
 from buildreport.store.queries import US_PER_DAY
+from buildreport.store.totals import HourDelta
 
 # A pair with this many builds in an account gets daily totals.
 PROMOTE_AT = 500
 # Past this many touched pairs, one write tracks no more and recomputes every pair in one pass at the end.
 TRACK_LIMIT = 20_000
-FULL_RECOMPUTE_THRESHOLD = 500
 
 TABLES = """
     -- Tag pairs that PROMOTE_AT or more builds of an account carry: their totals are kept below.
@@ -78,16 +78,12 @@ FROM build_tags t CROSS JOIN builds b ON b.build_id = t.build_id
 WHERE t.account_id = ? AND t.key = ? AND t.value = ? {{where}} GROUP BY 4, 5
 """
 _PAIR_ALL = _TOTALS_OF_PAIR.format(where="")
-_PAIR_DAY = _TOTALS_OF_PAIR.format(where="AND t.create_us >= ? AND t.create_us < ?")
 _PAIR = "account_id = ? AND key = ? AND value = ?"
 # At most PROMOTE_AT index entries are read to tell whether a pair has reached it.
 _REACHED = f"SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE {_PAIR} LIMIT ?)"
 
 # What a migration runs to give an existing database its tag totals.
 MIGRATION = TABLES + _PROMOTE_ALL.replace("?", str(PROMOTE_AT)) + ";\n" + _TOTALS_ALL + ";\n"
-
-Pair = tuple[int, str, str]  # (account id, key, value)
-
 
 def recompute_all(conn: sqlite3.Connection) -> None:
     """Promote every pair that has reached PROMOTE_AT and rebuild all tag totals from the builds."""
@@ -97,37 +93,87 @@ def recompute_all(conn: sqlite3.Connection) -> None:
     conn.execute(_TOTALS_ALL)
 
 
-def apply_touched(conn: sqlite3.Connection, touched: dict[Pair, set[int]]) -> None:
-    """Bring the totals of every (pair, day) a write touched in step; promote pairs that reached PROMOTE_AT."""
-    for pair, days in touched.items():
-        promoted = conn.execute(f"SELECT 1 FROM tag_pairs WHERE {_PAIR}", pair).fetchone() is not None
-        if not promoted:
+_ROW = (
+    "SELECT builds, cpu_seconds, duration_us, nar_size_bytes, first_start_us, last_stop_us FROM tag_daily_totals"
+    f" WHERE {_PAIR} AND period_us = ? AND status = ?"
+)
+_DELETE = f"DELETE FROM tag_daily_totals WHERE {_PAIR} AND period_us = ? AND status = ?"
+_UPSERT = (
+    "INSERT OR REPLACE INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds,"
+    " duration_us, nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_RECOMPUTE = _TOTALS_OF_PAIR.format(where="AND t.create_us >= ? AND t.create_us < ? AND b.status = ?")
+
+Pair = tuple[int, str, str]  # (account id, key, value)
+Stats = tuple[str, int, int | None, int, int, int | None]  # status, cpu, duration_us, nar, start_us, stop_us
+
+
+def _least(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _most(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _apply_delta(conn: sqlite3.Connection, pair: Pair, day: int, status: str, delta: HourDelta) -> None:
+    """Add one (pair, day, status)'s differences; read its builds again only when a build taken away may
+    have held the first start or the last stop."""
+    key = (*pair, day, status)
+    row = conn.execute(_ROW, key).fetchone() or (0, 0, 0, 0, None, None)
+    builds = row[0] + delta.builds
+    if builds <= 0:
+        conn.execute(_DELETE, key)
+        return
+    first, last = _least(row[4], delta.first_added), _most(row[5], delta.last_added)
+    if (delta.first_removed is not None and first is not None and delta.first_removed <= first) or (
+        delta.last_removed is not None and last is not None and delta.last_removed >= last
+    ):
+        conn.execute(_DELETE, key)
+        conn.execute(_RECOMPUTE, (*pair, day, day + US_PER_DAY, status))
+        return
+    sums = (row[1] + delta.cpu, row[2] + delta.duration, row[3] + delta.nar)
+    conn.execute(_UPSERT, (*key, builds, *sums, first, last))
+
+
+def apply_touched(conn: sqlite3.Connection, touched: dict[Pair, dict[tuple[int, str], HourDelta]]) -> None:
+    """Bring the totals of every pair a write touched in step by differences; promote pairs that reached
+    PROMOTE_AT, computing their totals from their builds once."""
+    for pair, deltas in touched.items():
+        if conn.execute(f"SELECT 1 FROM tag_pairs WHERE {_PAIR}", pair).fetchone() is None:
             (count,) = conn.execute(_REACHED, (*pair, PROMOTE_AT)).fetchone()
-            if count < PROMOTE_AT:
-                continue
-            conn.execute("INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)", pair)
-        if not promoted or len(days) > FULL_RECOMPUTE_THRESHOLD:
-            conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR}", pair)
-            conn.execute(_PAIR_ALL, pair)
+            if count >= PROMOTE_AT:
+                conn.execute("INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)", pair)
+                conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR}", pair)
+                conn.execute(_PAIR_ALL, pair)
             continue
-        for day in sorted(days):
-            conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR} AND period_us = ?", (*pair, day))
-            conn.execute(_PAIR_DAY, (*pair, day, day + US_PER_DAY))
+        for (day, status), delta in deltas.items():
+            _apply_delta(conn, pair, day, status, delta)
 
 
 class TagTouches:
-    """The (pair, day) of every tag a write adds or takes away, until there are too many to track."""
+    """What the builds a write adds and takes away change in each (pair, day, status), until there are too
+    many pairs to track."""
 
     def __init__(self) -> None:
-        self.touched: dict[Pair, set[int]] = {}
+        self.touched: dict[Pair, dict[tuple[int, str], HourDelta]] = {}
         self.overflow = False
 
-    def add(self, rows: list[tuple[int, str, str, int, int]]) -> None:
-        """Rows of build_tags: (account id, key, value, create_us, build id)."""
+    def add(self, sign: int, tags: list[tuple[int, str, str, int, int]], stats: list[Stats]) -> None:
+        """Rows of build_tags, (account id, key, value, create_us, build id), each with its build's figures."""
         if self.overflow:
             return
-        for account_id, key, value, create_us, _ in rows:
-            self.touched.setdefault((account_id, key, value), set()).add(create_us - create_us % US_PER_DAY)
+        for (account_id, key, value, create_us, _), (status, cpu, duration, nar, start, stop) in zip(
+            tags, stats, strict=True
+        ):
+            days = self.touched.setdefault((account_id, key, value), {})
+            slot = (create_us - create_us % US_PER_DAY, status)
+            delta = days.get(slot)
+            if delta is None:
+                delta = days[slot] = HourDelta()
+            delta.add(sign, cpu, duration, nar, start, stop)
         if len(self.touched) > TRACK_LIMIT:
             self.overflow, self.touched = True, {}
 
