@@ -158,6 +158,6 @@ def measure(cli: list[str], db: Path, run_dir: Path, read_token: str, read_paths
                 raise RuntimeError("the server exited during ingestion:\n" + server.log_tail())
     finally:
         server.stop()
-        for suffix in ("", "-wal", "-shm", ".secret"):
+        for suffix in ("", "-wal", "-shm", ".secret", "-auth", "-auth-wal", "-auth-shm"):
             Path(str(copy) + suffix).unlink(missing_ok=True)
     return result

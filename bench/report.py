@@ -13,7 +13,15 @@ TARGETS = {
     "summary_365d_p50_ms": 20.0,
     "usage_month_p50_ms": 10.0,
     "usage_year_p50_ms": 20.0,
+    "summary_tag_365d_p50_ms": 20.0,
+    "summary_tag_30d_p50_ms": 5.0,
+    "summary_client_p50_ms": 1.0,
     "import_1m_nolog_s": 30.0,
+    "bare_build_rps": 0.8,
+    "overhead_over_bare_p50": 1.5,
+    "peak_anon_mib": 200.0,
+    "datasette_list": 10.0,
+    "datasette_lookup": 5.0,
     "http_over_floor": 1.5,
     "workers_gain": 1.10,
     "stats_day_30d_p50_ms": 50.0,
@@ -85,6 +93,15 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(_row(label + " (1 client)", f"≤ {TARGETS[limit]:g} ms", value, f"{ms(value)} ms",
                          value is not None and value <= TARGETS[limit]))
 
+    for key, label, limit in (
+        ("summary_365d_tag", "/builds/summary 365 days, one tag pair, p50", "summary_tag_365d_p50_ms"),
+        ("summary_30d_tag", "/builds/summary 30 days, one tag pair, p50", "summary_tag_30d_p50_ms"),
+        ("summary_client", "/builds/summary, the client's three tag pairs, default window, p50",
+         "summary_client_p50_ms"),
+    ):
+        value = dig(eps, key, "c1", "p50_ms")
+        rows.append(_row(label + " (1 client)", f"≤ {TARGETS[limit]:g} ms", value, f"{ms(value)} ms",
+                         value is not None and value <= TARGETS[limit], dig(eps, key, "label") or ""))
     for key, label in (("stats_day_30d", "/builds/stats group_by=day, 30 days, p50"),
                        ("stats_day_365d", "/builds/stats group_by=day, 365 days, p50"),
                        ("stats_tag_30d", "/builds/stats group_by=tag:project, 30 days, p50"),
@@ -124,7 +141,37 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                      f"≤ {TARGETS['import_1m_nolog_s']:g} s", value, f"{value:.1f} s" if value is not None else "",
                      value is not None and value <= TARGETS["import_1m_nolog_s"], note))
 
+    for key, label, limit in (("list", "newest 500 builds of an account", "datasette_list"),
+                              ("lookup", "one build by id", "datasette_lookup")):
+        ratio, shown, note = datasette_ratio(out, key, "c32", "rps")
+        if dig(out, "datasette", "skipped"):
+            note = "skipped: " + out["datasette"]["skipped"]
+        rows.append(_row(f"buildreport / Datasette, {label}, req/s at 32 connections",
+                         f"≥ {TARGETS[limit]:g}×", ratio, shown, ratio is not None and ratio >= TARGETS[limit], note))
+
+    sampled = dig(out, "http", "memory", "sampled") or {}
+    anon = sampled["peak_rss_anon_kib"] / 1024 if sampled.get("samples") else None
+    mapped = f"; mapped file pages peaked at {sampled.get('peak_rss_file_kib', 0) / 1024:,.1f} MiB" if anon else ""
+    rows.append(_row("peak RssAnon of one worker over the HTTP run (sampled every 0.2 s)",
+                     f"≤ {TARGETS['peak_anon_mib']:g} MiB", anon, f"{anon:,.1f} MiB" if anon is not None else "",
+                     anon is not None and anon <= TARGETS["peak_anon_mib"], f"{sampled.get('samples', 0)} samples"
+                     + mapped))
+    bare_rps, build_rps = dig(out, "bare", "c32", "rps"), dig(eps, "build_by_id", "c32", "rps")
+    ratio = build_rps / bare_rps if bare_rps and build_rps is not None else None
+    rows.append(_row("/builds/{id} req/s over a bare Litestar app's (constant 800-byte JSON), 32 connections",
+                     f"≥ {TARGETS['bare_build_rps']:g}×", ratio,
+                     f"{ratio:.2f}× ({rps(build_rps)} / {rps(bare_rps)} req/s)" if ratio is not None else "",
+                     ratio is not None and ratio >= TARGETS["bare_build_rps"]))
     floors = dig(out, "floor", "endpoints") or {}
+    bare_p50 = dig(out, "bare", "c1", "p50_ms")
+    for key, entry in eps.items():
+        http_p50, floor_p50 = dig(entry, "c1", "p50_ms"), dig(floors, key, "p50_ms")
+        over = http_p50 - floor_p50 if http_p50 is not None and floor_p50 is not None else None
+        ratio = over / bare_p50 if over is not None and bare_p50 else None
+        rows.append(_row(f"HTTP overhead (p50 − floor) / bare app p50: {entry['label']}",
+                         f"≤ {TARGETS['overhead_over_bare_p50']:g}×", ratio,
+                         f"{ratio:.2f}× ({ms(over)} / {ms(bare_p50)} ms)" if ratio is not None else "",
+                         ratio is not None and ratio <= TARGETS["overhead_over_bare_p50"]))
     for key, entry in eps.items():
         http_p50 = dig(entry, "c1", "p50_ms")
         floor_p50 = dig(floors, key, "p50_ms")
@@ -142,6 +189,55 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                          f"{ratio:.2f}× ({rps(one)} → {rps(two)} req/s)" if ratio is not None else "",
                          ratio is not None and ratio >= TARGETS["workers_gain"]))
     return rows
+
+
+# What buildreport answers for each Datasette question.
+DATASETTE_PAIRS = {"list": "builds_365d", "lookup": "build_by_id", "count": "summary_30d_status"}
+
+
+def datasette_ratio(out: dict[str, Any], key: str, load: str, figure: str) -> tuple[float | None, str, str]:
+    """buildreport over Datasette (req/s), or Datasette over buildreport (latency): above 1 buildreport leads."""
+    ours = dig(out, "http", "endpoints", DATASETTE_PAIRS[key], load, figure)
+    theirs = dig(out, "datasette", key, load, figure)
+    if not ours or not theirs:
+        return None, "", ""
+    ratio = ours / theirs if figure == "rps" else theirs / ours
+    shown = f"{ratio:.2f}× ({rps(ours)} vs {rps(theirs)} req/s)" if figure == "rps" else (
+        f"{ratio:.2f}× ({ms(ours)} vs {ms(theirs)} ms)")
+    return ratio, shown, f"buildreport: `{dig(out, 'http', 'endpoints', DATASETTE_PAIRS[key], 'label')}`"
+
+
+def _datasette_section(out: dict[str, Any]) -> list[str]:
+    d = out.get("datasette")
+    if not d:
+        return []
+    lines = ["## Side by side: Datasette", ""]
+    if d.get("skipped"):
+        return [*lines, f"Skipped: {d['skipped']}", ""]
+    lines += [f"Datasette {d['version']} (from PyPI, in `bench/data/datasette-venv`), `datasette serve -i` "
+              f"(immutable), one process, on a copy of the builds table with the same columns "
+              f"({mib(d.get('db_bytes'))}, copied in {d.get('copy_s')} s or cached) and these indexes: "
+              + "; ".join(f"`{i}`" for i in d.get("indexes", [])) + ". Both servers were measured in this run "
+              "with the same client; ratios above 1 mean buildreport is faster.", ""]
+    rows = []
+    labels = {"list": "newest 500 builds of an account", "lookup": "one build by id",
+              "count": "builds with status built, 30 days (count / summary)"}
+    for key, label in labels.items():
+        entry = d.get(key) or {}
+        ours = DATASETTE_PAIRS[key]
+        p50 = datasette_ratio(out, key, "c1", "p50_ms")[1]
+        c32 = datasette_ratio(out, key, "c32", "rps")[1]
+        rows.append([label, f"`{(entry.get('paths') or [''])[0]}`", ms(dig(entry, "c1", "p50_ms")),
+                     rps(dig(entry, "c32", "rps")), ms(dig(out, "http", "endpoints", ours, "c1", "p50_ms")),
+                     rps(dig(out, "http", "endpoints", ours, "c32", "rps")), p50, c32])
+    lines += _table(["question", "Datasette path", "Datasette p50 ms (1 conn)", "Datasette req/s (32 conn)",
+                     "buildreport p50 ms", "buildreport req/s", "p50 ratio", "req/s ratio"], rows)
+    probe = d.get("probe") or {}
+    lines += [f"Datasette answered {probe.get('list_items')} builds to the listing and counted "
+              f"{probe.get('count')} builds; buildreport's counterparts: `/builds` 365 days (500 builds), "
+              "`/builds/{id}`, `/builds/summary?status=built` over 30 days (a whole summary, not only a count). "
+              "Datasette's count is measured with one connection only: each takes it seconds.", ""]
+    return lines
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -203,6 +299,18 @@ def markdown(out: dict[str, Any]) -> str:
               + ", ".join(f"{k} {v:,}" for k, v in tags.items()) + ". Files: "
               + "; ".join(f"`{name}` {mib(f.get('bytes'))}" + (" (cached)" if f.get("cached")
                           else f" (generated in {f.get('seconds')} s)") for name, f in files.items()) + ".", ""]
+    kept = dig(out, "data", "tag_totals") or {}
+    if "rows" in kept:
+        size = f"{mib(kept['bytes'])}" if kept.get("bytes") is not None else kept.get("bytes_note", "")
+        lines += [f"Kept per tag pair: {kept['promoted_pairs']:,} of {kept['pairs']:,} distinct pairs "
+                  f"({kept['tag_rows']:,} tag rows) have daily totals, "
+                  + ", ".join(f"{k} {v:,}" for k, v in (kept.get("promoted_by_key") or {}).items())
+                  + f"; {kept['rows']:,} rows of tag_daily_totals, {size}. A pair gets totals once 500 builds "
+                  "of an account carry it, so at most one pair per 500 tag rows does, with at most one row per "
+                  "(day, status) and never more rows than builds.", ""]
+    client = dig(out, "data", "client_tags")
+    if client:
+        lines += ["The client's summary asks for `" + ",".join(client) + "`.", ""]
     rows = []
     for key, label in (("with_logs", f"with logs ({s.get('log_share', 0):.0%})"), ("without_logs", "without logs")):
         entry = dig(out, "import", key)
@@ -218,6 +326,8 @@ def markdown(out: dict[str, Any]) -> str:
               "0.1 s); `empty-file s`: the wall time of importing an empty file into a new database (start-up, "
               "schema), and `net` is wall minus that. The database of the import with logs is the one served "
               "below; the one without logs is deleted after measuring.", ""]
+
+    lines += _datasette_section(out)
 
     lines += ["## HTTP, one worker (`--workers 1 --rate-limit 0 --link-rate-limit 0 --no-access-log`)", ""]
     eps = dig(out, "http", "endpoints") or {}

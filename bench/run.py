@@ -39,7 +39,7 @@ sys.path.insert(0, str(BENCH))
 
 import load  # noqa: E402
 import report  # noqa: E402
-from server import Server, get  # noqa: E402
+from server import AnonSampler, Server, get  # noqa: E402
 
 SEED = 1
 DAYS = 365
@@ -101,7 +101,7 @@ def file_sizes(db: Path) -> dict[str, int]:
 
 
 def remove_db(db: Path) -> None:
-    for suffix in ("", "-wal", "-shm", ".secret"):
+    for suffix in ("", "-wal", "-shm", ".secret", "-auth", "-auth-wal", "-auth-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
 
 
@@ -292,6 +292,12 @@ class Bench:
             log_ids = [r[0] for r in conn.execute(
                 "SELECT l.build_id FROM build_logs l JOIN builds b USING (build_id) WHERE b.account_id = ?",
                 (self.account_id,))]
+            # The real client's summary: its repository, run id and attempt, from the account's newest build.
+            client = conn.execute(
+                "SELECT key, value FROM build_tags WHERE build_id = (SELECT t.build_id FROM build_tags t"
+                " WHERE t.account_id = ? AND t.key = 'GITHUB_RUN_ID' ORDER BY t.create_us DESC LIMIT 1)"
+                " AND key LIKE 'GITHUB_%' ORDER BY key DESC", (self.account_id,)).fetchall()
+            tag_sizes = self.tag_totals_size(conn)
             projects = conn.execute(
                 "SELECT value, count(*) FROM build_tags WHERE account_id = ? AND key = 'project' "
                 "GROUP BY value ORDER BY count(*) DESC", (self.account_id,)).fetchall()
@@ -304,10 +310,35 @@ class Bench:
         self.project = "web" if "web" in values else (values[0] if values else "web")
         if self.project != "web":
             self.notes.append(f"account {ACCOUNT} has no project:web builds; project:{self.project} is used instead")
+        self.client_tags = [f"{k}:{v}" for k, v in client]
         self.out["data"].update({
+            "client_tags": self.client_tags, "tag_totals": tag_sizes,
             "builds_per_account": counts, "project_tags": dict(projects), "project_tag_used": self.project,
             "rotated_ids": len(self.ids), "page_links": len(self.log_ids), "page_builds_with_logs": bool(log_ids),
         })
+
+    @staticmethod
+    def tag_totals_size(conn: sqlite3.Connection) -> dict[str, Any]:
+        """What is kept per tag pair: rows, promoted pairs, and bytes when SQLite has the dbstat table."""
+        sizes: dict[str, Any] = {
+            "pairs": conn.execute("SELECT count(*) FROM (SELECT DISTINCT account_id, key, value FROM build_tags)")
+            .fetchone()[0],
+            "tag_rows": conn.execute("SELECT count(*) FROM build_tags").fetchone()[0],
+        }
+        try:
+            sizes["promoted_pairs"] = conn.execute("SELECT count(*) FROM tag_pairs").fetchone()[0]
+            sizes["rows"] = conn.execute("SELECT count(*) FROM tag_daily_totals").fetchone()[0]
+            sizes["promoted_by_key"] = dict(conn.execute("SELECT key, count(*) FROM tag_pairs GROUP BY key"))
+        except sqlite3.Error as exc:
+            sizes["error"] = str(exc)
+            return sizes
+        try:
+            sizes["bytes"] = conn.execute(
+                "SELECT sum(pgsize) FROM dbstat WHERE name IN ('tag_pairs', 'tag_daily_totals')").fetchone()[0]
+        except sqlite3.Error:
+            page = conn.execute("PRAGMA page_size").fetchone()[0]
+            sizes["bytes_note"] = f"no dbstat in this SQLite; page size {page}"
+        return sizes
 
     def endpoints(self) -> list[dict[str, Any]]:
         now = self.started
@@ -334,6 +365,12 @@ class Bench:
             eps.append({"key": f"summary_{days}d_tag",
                         "label": f"/builds/summary {days} day{'s' * (days > 1)}, project:{self.project}",
                         "kind": "summary", "pairs": [since, tag]})
+        since_30d = ("create_time_from", iso(now - timedelta(days=30)))
+        eps.append({"key": "summary_30d_status", "label": "/builds/summary 30 days, status built", "kind": "summary",
+                    "pairs": [since_30d, ("status", "built")]})
+        if self.client_tags:
+            eps.append({"key": "summary_client", "label": "/builds/summary, the client's 3 tag pairs, default window",
+                        "kind": "summary", "pairs": [("tags", ",".join(self.client_tags))]})
         eps += [
             {"key": "build_url", "label": "/builds/{id}/url", "kind": "url", "ids": self.ids},
             {"key": "usage_month", "label": "/usage one month", "kind": "usage",
@@ -494,6 +531,7 @@ class Bench:
         self.commands.append(rel(server.command))
         try:
             server.start()
+            sampler = AnonSampler(server.process.pid)  # type: ignore[union-attr]
             self.say(f"server (1 worker) up on {server.base} in {server.startup_s:.2f}s")
             page = next(ep for ep in eps if ep["kind"] == "page")
             self.signed_links(server, page)
@@ -514,6 +552,7 @@ class Bench:
                 self.fail(f"export: {exc}")
                 exported = None
             memory = server.memory()
+            memory["sampled"] = sampler.stop()
         finally:
             server.stop()
         self.out["http"] = {"server": server.info(), "endpoints": results, "memory": memory, "export": exported}
@@ -539,6 +578,77 @@ class Bench:
         if not server.clean_exit():
             self.notes.append(f"the 2-worker server exited with {server.exit_code} after SIGTERM")
         self.phase("http_2_workers", started)
+
+    # --- a bare Litestar app, the yardstick of HTTP overhead ---------------------------------------
+
+    def bare(self) -> None:
+        started = time.perf_counter()
+        server = Server(self.cli, self.db, 1, RUN_DIR / "bare.log")
+        server.command = [sys.executable, str(BENCH / "bare.py"), str(server.port)]
+        self.commands.append(rel(server.command))
+        result: dict[str, Any] = {}
+        try:
+            server.start()
+            ep = {"key": "bare", "kind": "bare", "paths": ["/build"]}
+            for connections, threads in LOADS:
+                result[f"c{connections}"] = self.load_plain(server.base, ep, connections, threads)
+        except Exception as exc:
+            self.fail(f"bare Litestar app: {exc}")
+        finally:
+            server.stop()
+        self.out["bare"] = result
+        self.phase("bare", started)
+
+    # --- Datasette, side by side ---------------------------------------------------------------
+
+    def datasette(self, eps: list[dict[str, Any]]) -> None:
+        """The same builds served by Datasette, measured as buildreport was; ratios against buildreport's run."""
+        import datasette
+
+        started = time.perf_counter()
+        result: dict[str, Any] = {"version": datasette.VERSION}
+        self.out["datasette"] = result
+        since_us = int((self.started - timedelta(days=30)).timestamp() * 1_000_000)
+        try:
+            command = datasette.install(DATA)
+            db, seconds = datasette.database(self.db, DATA / f"{self.stem}-datasette")
+            result.update({"db_bytes": db.stat().st_size, "copy_s": round(seconds, 1),
+                           "indexes": list(datasette.INDEXES)})
+            asked = datasette.paths(self.account_id, self.ids, since_us)
+            with datasette.Datasette(command, db, RUN_DIR / "datasette.log") as server:
+                self.commands.append(rel(server.command))
+                listed = server.get(asked["list"][0])
+                row = server.get(asked["lookup"][0])
+                counted = server.get(asked["count"][0])
+                result["probe"] = {"list_items": len(listed), "lookup_items": len(row),
+                                   "count": counted.get("filtered_table_rows_count")}
+                for key, path_list in asked.items():
+                    entry = result[key] = {"paths": path_list[:2]}
+                    # A count takes Datasette seconds: 32 at once would not finish within a load run.
+                    for connections, threads in LOADS[:1] if key == "count" else LOADS:
+                        ep = {"key": f"datasette_{key}", "kind": "datasette", "paths": path_list}
+                        entry[f"c{connections}"] = self.load_plain(server.base, ep, connections, threads)
+        except datasette.Skip as exc:
+            result["skipped"] = str(exc)
+            self.notes.append(f"Datasette was not measured: {exc}")
+        self.phase("datasette", started)
+
+    def load_plain(self, base: str, ep: dict[str, Any], connections: int, threads: int) -> dict[str, Any] | None:
+        name = f"{ep['key']}-c{connections}"
+        try:
+            if self.client == "wrk":
+                result = load.run_wrk(self.wrk, RUN_DIR, name, base, ep["paths"], None, connections, threads,
+                                      self.seconds)
+                result["command"] = rel(result["command"])
+            else:
+                result = load.run_python(base, ep["paths"], None, connections, self.seconds)
+        except Exception as exc:
+            self.fail(f"{name}: {exc}")
+            return None
+        if found := load.problems(result):
+            self.fail(f"{name}: " + ", ".join(found))
+        self.say(f"{name}: {result['rps']:,.0f} req/s, p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms")
+        return result
 
     # --- ingestion over HTTP -------------------------------------------------------------------
 
@@ -616,7 +726,9 @@ class Bench:
             self.token()
             eps = self.endpoints()
             self.serve_one_worker(eps)
+            self.bare()
             self.serve_two_workers(eps)
+            self.datasette(eps)
             self.ingestion(eps)
             self.floor(eps)
             self.executable()

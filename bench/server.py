@@ -64,7 +64,37 @@ def _status_kib(pid: int) -> dict[str, object] | None:
     role = ("worker" if "spawn_main" in cmdline else "resource tracker" if "resource_tracker" in cmdline
             else "server" if " serve " in f" {cmdline} " else "other")
     return {"pid": pid, "role": role, "vm_hwm_kib": kib("VmHWM"), "vm_rss_kib": kib("VmRSS"),
-            "cmdline": cmdline[:200]}
+            "rss_anon_kib": kib("RssAnon"), "rss_file_kib": kib("RssFile"), "cmdline": cmdline[:200]}
+
+
+class AnonSampler:
+    """Peak RssAnon (heap, stacks: what the process itself allocated) and peak RssFile (mapped file pages,
+    the SQLite memory map among them) of a process, sampled every 0.2 s until stopped: /proc keeps no
+    high-water mark of either."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.pid = pid
+        self.peak_anon_kib = self.peak_file_kib = self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            status = _status_kib(self.pid)
+            if status is None:
+                return
+            self.samples += 1
+            self.peak_anon_kib = max(self.peak_anon_kib, int(status["rss_anon_kib"]))  # type: ignore[call-overload]
+            self.peak_file_kib = max(self.peak_file_kib, int(status["rss_file_kib"]))  # type: ignore[call-overload]
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return {"peak_rss_anon_kib": self.peak_anon_kib, "peak_rss_file_kib": self.peak_file_kib,
+                "samples": self.samples}
 
 
 class Server:
@@ -74,7 +104,8 @@ class Server:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.command = [*cli, "serve", "--db", str(db), "--host", "127.0.0.1", "--port", str(self.port),
-                        "--workers", str(workers), "--rate-limit", "0", "--link-rate-limit", "0", "--no-access-log"]
+                        "--workers", str(workers), "--rate-limit", "0", "--link-rate-limit", "0",
+                        "--no-access-log"]
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None

@@ -44,6 +44,8 @@ def test_migration_adds_status_to_stored_builds_exactly_as_a_fresh_import_writes
     # Later migrations' additions did not exist yet either.
     old.execute("DROP INDEX builds_by_source")
     old.execute("ALTER TABLE builds DROP COLUMN source_id")
+    old.execute("DROP TABLE tag_pairs")
+    old.execute("DROP TABLE tag_daily_totals")
     old.execute(f"PRAGMA user_version = {STATUS_MIGRATION - 1}")
     old.commit()
     old.close()

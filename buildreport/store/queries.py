@@ -113,9 +113,16 @@ def _raw_summary(account_id: int, build_filter: BuildFilter) -> Query:
     return f"SELECT {SUMMARY_COLUMNS} FROM {source} WHERE {where}", params
 
 
-def _totals_summary(account_id: int, build_filter: BuildFilter, table: str, low: int, high: int | None) -> Query:
-    sql = f"SELECT {TOTALS_COLUMNS} FROM {table} h WHERE h.account_id = ? AND h.period_us >= ?"
-    params: list[object] = [account_id, low]
+def _totals_summary(
+    account_id: int, build_filter: BuildFilter, table: str, low: int, high: int | None, tag: bool = False
+) -> Query:
+    sql = f"SELECT {TOTALS_COLUMNS} FROM {table} h WHERE h.account_id = ?"
+    params: list[object] = [account_id]
+    if tag:
+        sql += " AND h.key = ? AND h.value = ?"
+        params += list(build_filter.tags[0])
+    sql += " AND h.period_us >= ?"
+    params.append(low)
     if high is not None:
         sql += " AND h.period_us < ?"
         params.append(high)
@@ -129,15 +136,36 @@ def _ceil(us: int, period: int) -> int:
     return -(-us // period) * period
 
 
-def summary(account_id: int, build_filter: BuildFilter) -> Query:
+def _between(build_filter: BuildFilter, low: int, high: int | None) -> BuildFilter:
+    return msgspec.structs.replace(build_filter, create_from_us=low, create_to_us=high)
+
+
+def summary(account_id: int, build_filter: BuildFilter, promoted: bool = False) -> Query:
     """One row per part: whole days and hours come from the totals, the window's ragged edges from the builds.
 
     A window `[low, high)` splits into raw builds up to the first whole hour, hourly totals up to the first
     whole day, daily totals to the last whole day, and back through hours to raw builds at the end.
+    With one tag pair whose totals are kept (`promoted`, see tag_totals), whole days come from its daily
+    totals and the rest of the window from its builds. Other tag filters read the builds of their first pair
+    (the rarest: see tag_order) and check the others.
     """
     low, high = build_filter.create_from_us, build_filter.create_to_us
-    if build_filter.tags or build_filter.derivation_path is not None:
+    if build_filter.derivation_path is not None or (build_filter.tags and not promoted):
         return _raw_summary(account_id, build_filter)
+    if build_filter.tags:
+        if len(build_filter.tags) != 1:
+            raise ValueError("tag totals answer a filter of one tag pair")
+        first_day = _ceil(low, US_PER_DAY)
+        end_day = None if high is None else high // US_PER_DAY * US_PER_DAY
+        if end_day is not None and end_day <= first_day:
+            return _raw_summary(account_id, build_filter)
+        parts = [
+            _raw_summary(account_id, _between(build_filter, low, first_day)),
+            _totals_summary(account_id, build_filter, "tag_daily_totals", first_day, end_day, tag=True),
+        ]
+        if end_day is not None:
+            parts.append(_raw_summary(account_id, _between(build_filter, end_day, high)))
+        return " UNION ALL ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]
     first_hour, first_day = _ceil(low, US_PER_HOUR), _ceil(low, US_PER_DAY)
     end_hour = None if high is None else high // US_PER_HOUR * US_PER_HOUR
     end_day = None if high is None else high // US_PER_DAY * US_PER_DAY
@@ -156,6 +184,21 @@ def summary(account_id: int, build_filter: BuildFilter) -> Query:
     if end_hour is not None:
         parts.append(_raw_summary(account_id, msgspec.structs.replace(build_filter, create_from_us=end_hour)))
     return " UNION ALL ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]
+
+
+def tag_pair_size(account_id: int, key: str, value: str, build_filter: BuildFilter, cap: int) -> Query:
+    """-1 for a pair whose totals are kept (it matches many builds); otherwise how many of its builds lie in
+    the filter's window, counted up to `cap` (a pair without totals has fewer builds than that in all)."""
+    window = "create_us >= ?" + (" AND create_us < ?" if build_filter.create_to_us is not None else "")
+    params: list[object] = [account_id, key, value, account_id, key, value, build_filter.create_from_us]
+    if build_filter.create_to_us is not None:
+        params.append(build_filter.create_to_us)
+    sql = (
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM tag_pairs WHERE account_id = ? AND key = ? AND value = ?) THEN -1"
+        " ELSE (SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE account_id = ? AND key = ? AND value = ?"
+        f" AND {window} LIMIT ?)) END"
+    )
+    return sql, [*params, cap]
 
 
 def usage(account_id: int, query: UsageQuery) -> Query:

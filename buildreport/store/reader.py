@@ -14,7 +14,7 @@ import msgspec
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildSummary, Usage
-from buildreport.store import queries, stats_queries
+from buildreport.store import queries, stats_queries, tag_totals
 from buildreport.store.schema import CONNECTION_PRAGMAS, attach_auth, auth_path, connect_existing, rw_uri
 from buildreport.times import US_PER_SECOND
 
@@ -184,7 +184,11 @@ class Reader:
         return rows[0][0] if rows else None
 
     async def summary(self, account_id: int, build_filter: BuildFilter, now_us: int) -> BuildSummary:
-        rows = await self._rows(queries.summary(account_id, build_filter))
+        promoted = False
+        if build_filter.tags:
+            # Lookups by key, like a token's: in the event loop's thread.
+            build_filter, promoted = tag_totals.order_tags(self._lookup, account_id, build_filter)
+        rows = await self._rows(queries.summary(account_id, build_filter, promoted))
         return summary_from_row(merge_summary_rows(rows), now_us)
 
     async def usage(self, account_id: int, query: UsageQuery) -> Usage:

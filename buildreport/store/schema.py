@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
+from buildreport.store import tag_totals
 
 # "brep": marks a SQLite file as a buildreport database.
 APPLICATION_ID = 0x62726570
@@ -125,6 +126,8 @@ MIGRATIONS += (
     ALTER TABLE builds ADD COLUMN source_id TEXT;
     CREATE UNIQUE INDEX builds_by_source ON builds (account_id, source_id) WHERE source_id IS NOT NULL;
     """,
+    # Daily totals of the tag pairs that match many builds, computed once for the builds already stored.
+    tag_totals.MIGRATION,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

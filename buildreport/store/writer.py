@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
+from buildreport.store.tag_totals import TagTouches
 from buildreport.store.totals import (
     DAILY,
     FULL_RECOMPUTE_THRESHOLD,
@@ -205,6 +206,7 @@ class BuildWriter:
         self._full: set[int] = set()  # accounts whose totals are recomputed rather than kept by differences
         self._hour_deltas: dict[tuple[int, int, str], HourDelta] = {}
         self._usage_deltas: dict[tuple[int, int], list[int]] = {}
+        self._tags = TagTouches()
         self.stats = WriteStats()
         self._last_location: dict[int, object] = {}
         self.build_ids: list[int | None] | None = [] if keep_ids else None
@@ -247,6 +249,7 @@ class BuildWriter:
             recompute_days(self._conn, {key for key in self._days if key[0] in full})
         apply_hour_deltas(self._conn, {k: d for k, d in self._hour_deltas.items() if k[0] not in full})
         apply_usage_deltas(self._conn, {k: d for k, d in self._usage_deltas.items() if k[0] not in full})
+        self._tags.apply(self._conn)
         for account_id, location in self._last_location.items():
             field = oversized_totals(self._conn, account_id)
             if field is not None:
@@ -459,23 +462,33 @@ class BuildWriter:
         return row is not None and row[0] == log
 
     def _write_tags(self, rows: list[_Row], existing: dict[int, _Existing]) -> None:
-        stale = []
+        stale, stale_stats = [], []
         for row in rows:
             old = existing.get(row.build.build_id)
             if old is not None:
                 old_tags = _STORED.decode(old.body).get("tags") or {}
-                stale += [(row.account_id, k, v, old.create_us, row.build.build_id) for k, v in old_tags.items()]
+                figures = (old.status, old.cpu_seconds, old.duration_us, old.nar_size_bytes, old.start_us, old.stop_us)
+                for k, v in old_tags.items():
+                    stale.append((row.account_id, k, v, old.create_us, row.build.build_id))
+                    stale_stats.append(figures)
         self._conn.executemany(
             "DELETE FROM build_tags WHERE account_id = ? AND key = ? AND value = ? AND create_us = ? AND build_id = ?",
             stale,
         )
-        fresh = []
+        self._tags.add(-1, stale, stale_stats)
+        fresh, fresh_stats = [], []
         for row in rows:
-            fresh += [(row.account_id, k, v, row.create_us, row.build.build_id) for k, v in row.build.tags.items()]
+            b = row.build
+            figures = (b.build_status.value, b.cpu_seconds, row.duration_us, sum(o.nar_size_bytes for o in b.outputs),
+                       row.start_us, row.stop_us)
+            for k, v in b.tags.items():
+                fresh.append((row.account_id, k, v, row.create_us, b.build_id))
+                fresh_stats.append(figures)
         self._conn.executemany(
             "INSERT OR IGNORE INTO build_tags (account_id, key, value, create_us, build_id) VALUES (?, ?, ?, ?, ?)",
             fresh,
         )
+        self._tags.add(1, fresh, fresh_stats)
 
     def _link_peers(self, rows: list[_Row]) -> None:
         """Make every restart link hold in both directions, once both builds are stored."""

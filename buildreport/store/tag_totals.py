@@ -1,0 +1,201 @@
+"""Daily totals per tag pair, kept only for pairs that match many builds.
+
+A summary over one tag pair adds whole days from `tag_daily_totals` to the raw builds at its window's
+edges, as an untagged summary does with `daily_totals`. A pair gets totals (is "promoted" into
+`tag_pairs`) once PROMOTE_AT of an account's builds carry it; a rarer pair is summed from its builds
+through the tag index, which costs at most PROMOTE_AT rows. Near-unique values (a CI run id) therefore
+never get totals, and what is kept stays bounded: at most one promoted pair per PROMOTE_AT tag rows, and
+per promoted pair at most one row per (UTC day, status) with builds, never more rows than it has builds.
+
+A write changes the totals of a promoted pair by the differences of the builds it adds and takes away;
+a write touching more pairs than TRACK_LIMIT (a large import) recomputes them all in one pass.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+import msgspec
+
+from buildreport.filters import BuildFilter
+from buildreport.store import queries
+from buildreport.store.queries import US_PER_DAY
+from buildreport.store.totals import HourDelta
+
+# A pair with this many builds in an account gets daily totals.
+PROMOTE_AT = 500
+# Past this many touched pairs, one write tracks no more and recomputes every pair in one pass at the end.
+TRACK_LIMIT = 20_000
+
+TABLES = """
+    -- Tag pairs that PROMOTE_AT or more builds of an account carry: their totals are kept below.
+    CREATE TABLE tag_pairs (
+        account_id INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (account_id, key, value)
+    ) WITHOUT ROWID;
+
+    -- Totals per promoted tag pair, UTC day of creation and status; the columns of daily_totals.
+    CREATE TABLE tag_daily_totals (
+        account_id INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        period_us INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        builds INTEGER NOT NULL,
+        cpu_seconds INTEGER NOT NULL,
+        duration_us INTEGER NOT NULL,
+        nar_size_bytes INTEGER NOT NULL,
+        first_start_us INTEGER NOT NULL,
+        last_stop_us INTEGER,
+        PRIMARY KEY (account_id, key, value, period_us, status)
+    ) WITHOUT ROWID;
+"""
+
+_PROMOTE_ALL = """
+INSERT INTO tag_pairs (account_id, key, value)
+SELECT account_id, key, value FROM build_tags GROUP BY 1, 2, 3 HAVING count(*) >= ?
+"""
+_INSERT = (
+    "INSERT INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds, duration_us,"
+    " nar_size_bytes, first_start_us, last_stop_us) "
+)
+_COLUMNS = f"""
+t.create_us - t.create_us % {US_PER_DAY}, b.status, count(*), sum(b.cpu_seconds), coalesce(sum(b.duration_us), 0),
+sum(b.nar_size_bytes), min(b.start_us), max(b.stop_us)
+"""
+_TOTALS_ALL = f"""
+{_INSERT} SELECT p.account_id, p.key, p.value, {_COLUMNS}
+FROM tag_pairs p CROSS JOIN build_tags t ON t.account_id = p.account_id AND t.key = p.key AND t.value = p.value
+CROSS JOIN builds b ON b.build_id = t.build_id
+GROUP BY p.account_id, p.key, p.value, 4, 5
+"""
+_TOTALS_OF_PAIR = f"""
+{_INSERT} SELECT t.account_id, t.key, t.value, {_COLUMNS}
+FROM build_tags t CROSS JOIN builds b ON b.build_id = t.build_id
+WHERE t.account_id = ? AND t.key = ? AND t.value = ? {{where}} GROUP BY 4, 5
+"""
+_PAIR_ALL = _TOTALS_OF_PAIR.format(where="")
+_PAIR = "account_id = ? AND key = ? AND value = ?"
+# At most PROMOTE_AT index entries are read to tell whether a pair has reached it.
+_REACHED = f"SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE {_PAIR} LIMIT ?)"
+
+# What a migration runs to give an existing database its tag totals.
+MIGRATION = TABLES + _PROMOTE_ALL.replace("?", str(PROMOTE_AT)) + ";\n" + _TOTALS_ALL + ";\n"
+
+def recompute_all(conn: sqlite3.Connection) -> None:
+    """Promote every pair that has reached PROMOTE_AT and rebuild all tag totals from the builds."""
+    conn.execute("DELETE FROM tag_daily_totals")
+    conn.execute("DELETE FROM tag_pairs")
+    conn.execute(_PROMOTE_ALL, (PROMOTE_AT,))
+    conn.execute(_TOTALS_ALL)
+
+
+_ROW = (
+    "SELECT builds, cpu_seconds, duration_us, nar_size_bytes, first_start_us, last_stop_us FROM tag_daily_totals"
+    f" WHERE {_PAIR} AND period_us = ? AND status = ?"
+)
+_DELETE = f"DELETE FROM tag_daily_totals WHERE {_PAIR} AND period_us = ? AND status = ?"
+_UPSERT = (
+    "INSERT OR REPLACE INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds,"
+    " duration_us, nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_RECOMPUTE = _TOTALS_OF_PAIR.format(where="AND t.create_us >= ? AND t.create_us < ? AND b.status = ?")
+
+Pair = tuple[int, str, str]  # (account id, key, value)
+Stats = tuple[str, int, int | None, int, int, int | None]  # status, cpu, duration_us, nar, start_us, stop_us
+
+
+def _least(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _most(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _apply_delta(conn: sqlite3.Connection, pair: Pair, day: int, status: str, delta: HourDelta) -> None:
+    """Add one (pair, day, status)'s differences; read its builds again only when a build taken away may
+    have held the first start or the last stop."""
+    key = (*pair, day, status)
+    row = conn.execute(_ROW, key).fetchone() or (0, 0, 0, 0, None, None)
+    builds = row[0] + delta.builds
+    if builds <= 0:
+        conn.execute(_DELETE, key)
+        return
+    first, last = _least(row[4], delta.first_added), _most(row[5], delta.last_added)
+    if (delta.first_removed is not None and first is not None and delta.first_removed <= first) or (
+        delta.last_removed is not None and last is not None and delta.last_removed >= last
+    ):
+        conn.execute(_DELETE, key)
+        conn.execute(_RECOMPUTE, (*pair, day, day + US_PER_DAY, status))
+        return
+    sums = (row[1] + delta.cpu, row[2] + delta.duration, row[3] + delta.nar)
+    conn.execute(_UPSERT, (*key, builds, *sums, first, last))
+
+
+def apply_touched(conn: sqlite3.Connection, touched: dict[Pair, dict[tuple[int, str], HourDelta]]) -> None:
+    """Bring the totals of every pair a write touched in step by differences; promote pairs that reached
+    PROMOTE_AT, computing their totals from their builds once."""
+    for pair, deltas in touched.items():
+        if conn.execute(f"SELECT 1 FROM tag_pairs WHERE {_PAIR}", pair).fetchone() is None:
+            (count,) = conn.execute(_REACHED, (*pair, PROMOTE_AT)).fetchone()
+            if count >= PROMOTE_AT:
+                conn.execute("INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)", pair)
+                conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR}", pair)
+                conn.execute(_PAIR_ALL, pair)
+            continue
+        for (day, status), delta in deltas.items():
+            _apply_delta(conn, pair, day, status, delta)
+
+
+class TagTouches:
+    """What the builds a write adds and takes away change in each (pair, day, status), until there are too
+    many pairs to track."""
+
+    def __init__(self) -> None:
+        self.touched: dict[Pair, dict[tuple[int, str], HourDelta]] = {}
+        self.overflow = False
+
+    def add(self, sign: int, tags: list[tuple[int, str, str, int, int]], stats: list[Stats]) -> None:
+        """Rows of build_tags, (account id, key, value, create_us, build id), each with its build's figures."""
+        if self.overflow:
+            return
+        for (account_id, key, value, create_us, _), (status, cpu, duration, nar, start, stop) in zip(
+            tags, stats, strict=True
+        ):
+            days = self.touched.setdefault((account_id, key, value), {})
+            slot = (create_us - create_us % US_PER_DAY, status)
+            delta = days.get(slot)
+            if delta is None:
+                delta = days[slot] = HourDelta()
+            delta.add(sign, cpu, duration, nar, start, stop)
+        if len(self.touched) > TRACK_LIMIT:
+            self.overflow, self.touched = True, {}
+
+    def apply(self, conn: sqlite3.Connection) -> None:
+        if self.overflow:
+            recompute_all(conn)
+        else:
+            apply_touched(conn, self.touched)
+
+
+def order_tags(
+    lookup: Callable[[queries.Query], list[tuple]], account_id: int, build_filter: BuildFilter
+) -> tuple[BuildFilter, bool]:
+    """The filter with its rarest tag pair first, and whether it is one pair with kept totals.
+
+    Pairs without totals have fewer than PROMOTE_AT builds: counting one in the window reads at most that
+    many index entries. Pairs with totals come last, in the order given."""
+    ranked = []
+    for index, (key, value) in enumerate(build_filter.tags):
+        ((size,),) = lookup(queries.tag_pair_size(account_id, key, value, build_filter, PROMOTE_AT))
+        ranked.append((size < 0, size, index))
+    ranked.sort()
+    tags = tuple(build_filter.tags[index] for _, _, index in ranked)
+    promoted = len(tags) == 1 and ranked[0][0]
+    return msgspec.structs.replace(build_filter, tags=tags), promoted

@@ -1,0 +1,198 @@
+"""Totals per tag pair stay exact, and summaries over tags equal the computation from the builds alone."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import write_jsonl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_totals import ORIGIN, build_strategy, to_record, to_write_record, write_strategy
+
+from buildreport.filters import BuildFilter
+from buildreport.ingest import import_files
+from buildreport.models import BuildStatus
+from buildreport.store import queries, tag_totals
+from buildreport.store.reader import merge_summary_rows
+from buildreport.store.schema import open_database
+from buildreport.times import to_us
+
+KEYS = ("project", "run")
+VALUES = ("a", "b", "c")
+TAG_PAIRS = [(k, v) for k in KEYS for v in VALUES]
+
+
+@contextlib.contextmanager
+def patched(**values: int) -> Iterator[None]:
+    """Small thresholds, so that a few builds promote a pair and a few pairs overflow the tracking."""
+    saved = {name: getattr(tag_totals, name) for name in values}
+    for name, value in values.items():
+        setattr(tag_totals, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(tag_totals, name, value)
+
+
+def tag_totals_from_builds(conn: sqlite3.Connection) -> list[tuple]:
+    return conn.execute(
+        f"SELECT p.account_id, p.key, p.value, t.create_us - t.create_us % {queries.US_PER_DAY}, b.status,"
+        " count(*), sum(b.cpu_seconds), coalesce(sum(b.duration_us), 0), sum(b.nar_size_bytes), min(b.start_us),"
+        " max(b.stop_us) FROM tag_pairs p JOIN build_tags t USING (account_id, key, value)"
+        " JOIN builds b ON b.build_id = t.build_id GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5"
+    ).fetchall()
+
+
+def check_kept(conn: sqlite3.Connection, promote_at: int) -> None:
+    """Every promoted pair's totals equal a fresh computation, and every pair that reached the threshold has them."""
+    stored = conn.execute("SELECT * FROM tag_daily_totals ORDER BY 1, 2, 3, 4, 5").fetchall()
+    assert stored == tag_totals_from_builds(conn)
+    promoted = set(conn.execute("SELECT account_id, key, value FROM tag_pairs").fetchall())
+    reached = set(
+        conn.execute(
+            "SELECT account_id, key, value FROM build_tags GROUP BY 1, 2, 3 HAVING count(*) >= ?", (promote_at,)
+        ).fetchall()
+    )
+    assert reached <= promoted
+
+
+def summary_equals_raw(conn: sqlite3.Connection, account_id: int, build_filter: BuildFilter) -> None:
+    def lookup(query: queries.Query) -> list[tuple]:
+        return conn.execute(*query).fetchall()
+
+    ordered, promoted = tag_totals.order_tags(lookup, account_id, build_filter)
+    assert sorted(ordered.tags) == sorted(build_filter.tags)
+    sql, params = queries.summary(account_id, ordered, promoted)
+    combined = merge_summary_rows(conn.execute(sql, params).fetchall())
+    (raw,) = conn.execute(*queries._raw_summary(account_id, build_filter)).fetchall()
+    assert combined == raw
+
+
+tags_strategy = st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=2)
+tagged_build = st.tuples(build_strategy, tags_strategy)
+window_strategy = st.fixed_dictionaries(
+    {
+        "start": st.integers(-60 * 26, 60 * 24 * 3 + 120),
+        "length": st.one_of(st.none(), st.integers(0, 60 * 24 * 5)),
+        "seconds": st.integers(0, 59),
+        "tags": st.lists(st.sampled_from(TAG_PAIRS), min_size=1, max_size=3, unique_by=lambda p: p[0]),
+        "statuses": st.lists(st.sampled_from(list(BuildStatus)), max_size=2, unique=True),
+        "account_id": st.sampled_from([1, 2]),
+    }
+)
+
+
+def to_filter(window: dict) -> BuildFilter:
+    low = to_us(ORIGIN) + (window["start"] * 60 + window["seconds"]) * 1_000_000
+    high = None if window["length"] is None else low + window["length"] * 60 * 1_000_000
+    return BuildFilter(
+        create_from_us=low, create_to_us=high, tags=tuple(window["tags"]), statuses=tuple(window["statuses"])
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batches=st.lists(st.lists(tagged_build, min_size=1, max_size=15), min_size=1, max_size=4),
+    promote_at=st.integers(1, 6),
+    track_limit=st.sampled_from([2, 20_000]),
+    windows=st.lists(window_strategy, min_size=1, max_size=8),
+)
+def test_tag_totals_and_summaries_stay_exact_after_any_imports(batches, promote_at, track_limit, windows):
+    thresholds = {"PROMOTE_AT": promote_at, "TRACK_LIMIT": track_limit}
+    with patched(**thresholds), tempfile.TemporaryDirectory() as tmp:
+        conn = open_database(Path(tmp) / "t.db")
+        for number, batch in enumerate(batches):
+            unique = {spec["build_id"]: {**to_record(spec), "tags": tags} for spec, tags in batch}
+            path = write_jsonl(Path(tmp) / f"{number}.jsonl", list(unique.values()))
+            import_files(conn, [path], 0)
+            check_kept(conn, promote_at)
+        for window in windows:
+            summary_equals_raw(conn, window["account_id"], to_filter(window))
+        conn.close()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    requests=st.lists(st.lists(st.tuples(write_strategy, tags_strategy), min_size=1, max_size=12), max_size=4),
+    promote_at=st.integers(1, 4),
+    windows=st.lists(window_strategy, min_size=1, max_size=6),
+)
+def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(requests, promote_at, windows):
+    from conftest import Env, auth
+
+    with patched(PROMOTE_AT=promote_at), tempfile.TemporaryDirectory() as tmp:
+        env = Env(Path(tmp))
+        tokens = {name: env.token(name, ("build:write",)) for name in ("acme", "globex")}
+        with env.client() as client:
+            for batch in requests:
+                for account in ("acme", "globex"):
+                    body = [
+                        {**to_write_record(spec), "tags": tags} for spec, tags in batch if spec["account"] == account
+                    ]
+                    if body:
+                        response = client.post("/builds", json=body, headers=auth(tokens[account]))
+                        assert response.status_code == 200, response.text
+        conn = open_database(env.db)
+        check_kept(conn, promote_at)
+        for window in windows:
+            summary_equals_raw(conn, window["account_id"], to_filter(window))
+        conn.close()
+
+
+def test_near_unique_tag_values_never_get_totals(tmp_path):
+    """A run id carried by a build or two stays without totals; a value most builds share gets them."""
+    records = [
+        {**to_record({**spec, "build_id": i}), "tags": {"run": str(i // 2), "project": "web"}}
+        for i, spec in enumerate(
+            [{"minutes": i * 7, "status": "built", "duration": 5, "cpu": 1, "nar": 1} for i in range(1, 40)], start=1
+        )
+    ]
+    with patched(PROMOTE_AT=10):
+        conn = open_database(tmp_path / "t.db")
+        import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
+        assert conn.execute("SELECT DISTINCT key, value FROM tag_pairs").fetchall() == [("project", "web")]
+        check_kept(conn, 10)
+        conn.close()
+
+
+def test_a_migrated_database_gets_totals_for_its_common_pairs(tmp_path):
+    records = [
+        {**to_record({"build_id": i, "minutes": i * 61, "status": "built", "duration": 5, "cpu": i, "nar": 1}),
+         "tags": {"project": "web" if i % 3 else "ml"}}
+        for i in range(2, 4 * tag_totals.PROMOTE_AT, 2)  # one account's
+    ]
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
+    expected = conn.execute("SELECT * FROM tag_daily_totals ORDER BY 1, 2, 3, 4, 5").fetchall()
+    assert {row[2] for row in expected} == {"web"}  # ml has fewer than PROMOTE_AT builds
+    conn.executescript("DROP TABLE tag_pairs; DROP TABLE tag_daily_totals; PRAGMA user_version = 4;")
+    conn.close()
+    conn = open_database(tmp_path / "t.db")
+    assert conn.execute("SELECT * FROM tag_daily_totals ORDER BY 1, 2, 3, 4, 5").fetchall() == expected
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("tags", "first"),
+    [((("project", "a"),), ("project", "a")), ((("project", "a"), ("run", "b")), ("run", "b"))],
+)
+def test_tag_order_puts_the_rarest_pair_first(tmp_path, tags, first):
+    records = [
+        {**to_record({"build_id": i, "minutes": i, "status": "built", "duration": 5, "cpu": 1, "nar": 1}),
+         "tags": {"project": "a", **({"run": "b"} if i < 3 else {})}}
+        for i in range(2, 40, 2)
+    ]
+    with patched(PROMOTE_AT=5):
+        conn = open_database(tmp_path / "t.db")
+        import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
+        build_filter = BuildFilter(create_from_us=0, tags=tags)
+        ordered, promoted = tag_totals.order_tags(lambda q: conn.execute(*q).fetchall(), 1, build_filter)
+        assert ordered.tags[0] == first
+        assert promoted == (len(tags) == 1)
+        conn.close()
