@@ -203,7 +203,7 @@ class DashboardPage(Exception):
 def _page_error(request: Request[Any, Any, Any], exc: DashboardPage) -> Response[bytes]:
     return _render(
         request,
-        "dashboard_error.html",
+        "error.html",
         exc.status,
         icon="link",
         title=exc.title,
@@ -235,7 +235,7 @@ async def dashboard_page(
         raise DashboardPage(403, "This link is not valid", "invalid")
     now = now_us()
     if claims.expires_us <= now:
-        raise DashboardPage(410, "This link has expired", "expired", from_us(claims.expires_us))
+        raise DashboardPage(410, "This link has expired", "dashboard-expired", from_us(claims.expires_us))
     query = _parse_page(request)
     reader: Reader = request.app.state.reader
     account = claims.account_id
