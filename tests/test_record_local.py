@@ -34,6 +34,9 @@ from buildreport.record.local import (
 from buildreport.spool import pending_files
 
 nix_files = nixbuilds.nix_files  # the fixture: a nix.conf of the test's own
+# CPU time is read in clock ticks (10 ms) at both ends of a build, and a build's start is when its event
+# reached the recorder: a busy machine can make a build's CPU time look a few ticks longer than its wall time.
+CPU_READING_SLACK = 0.05
 
 
 def record_command(nix_files: Path, spool: Path, *args: str) -> list[str]:
@@ -263,7 +266,7 @@ def test_one_build_gets_the_cpu_time_of_its_builder(nix_files: Path, tmp_path: P
     # A shell counting to 200,000 takes a good part of a second; the builder's time only, not Nix's.
     assert rec["average_cpu_utilization"] is not None
     cpu = rec["average_cpu_utilization"] * rec["duration_seconds"]
-    assert 0.1 < cpu <= rec["duration_seconds"] * 1.05
+    assert 0.1 < cpu <= rec["duration_seconds"] + CPU_READING_SLACK
     assert rec["cpu_seconds"] == round(cpu) or abs(rec["cpu_seconds"] - cpu) <= 0.51
     # A shell is far smaller than Nix itself: the run's peak was Nix's, not the build's.
     assert rec["peak_memory_use_kilobytes"] is None
@@ -281,7 +284,7 @@ def test_builds_one_after_another_each_get_their_own_cpu_time(nix_files: Path, t
     for name in ("busy-test", "busy2-test"):
         rec = last[name]
         cpu = rec["average_cpu_utilization"] * rec["duration_seconds"]
-        assert 0.1 < cpu <= rec["duration_seconds"] * 1.05
+        assert 0.1 < cpu <= rec["duration_seconds"] + CPU_READING_SLACK
         assert rec["peak_memory_use_kilobytes"] is None  # three builds: the run's peak is no one build's
     assert last["ok-test"]["cpu_seconds"] == 0
 
