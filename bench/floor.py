@@ -24,7 +24,7 @@ from buildreport import filters
 from buildreport.config import Settings, load_secret_keys
 from buildreport.models import BuildURL, Health
 from buildreport.signing import LinkClaims, LinkSigner
-from buildreport.store.reader import Reader
+from buildreport.store import Reader, open_reader
 from buildreport.times import US_PER_SECOND, from_us, now_us
 
 _ENCODE = msgspec.json.encode
@@ -179,7 +179,7 @@ async def _run(db: Path, account_id: int, endpoints: list[dict[str, Any]], itera
                budget_s: float) -> dict[str, Any]:
     settings = Settings(db=str(db))
     signer = LinkSigner(load_secret_keys(settings))
-    reader = await Reader.open(db)
+    reader = await open_reader(db)
     results: dict[str, Any] = {}
     try:
         for endpoint in endpoints:

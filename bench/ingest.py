@@ -21,7 +21,7 @@ import httpx
 import load
 from server import Server
 
-from buildreport.store.schema import auth_path
+from buildreport.store.sqlite.schema import auth_path
 
 BATCH = 500
 SENDERS = (1, 4)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,8 +23,7 @@ from buildreport.errors import Problem
 from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
 from buildreport.signing import DashboardSigner, LinkSigner
-from buildreport.store.reader import Reader
-from buildreport.store.schema import open_database
+from buildreport.store import ENGINE_ERRORS, Reader, open_database, open_reader
 from buildreport.store.writes import Writes
 
 log = logging.getLogger("buildreport")
@@ -49,7 +47,7 @@ def _http_problem(exc: HTTPException) -> ProblemDetailsException:
     return Problem(exc.status_code, detail, headers=headers or None)
 
 
-def _database_problem(exc: sqlite3.Error) -> ProblemDetailsException:
+def _database_problem(exc: Exception) -> ProblemDetailsException:
     log.error("database error: %s", exc)
     return Problem(503, "The database cannot be read right now; try again shortly", headers={"Retry-After": "5"})
 
@@ -73,7 +71,7 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
     if problem is None:
         try:
             await reader.ping()
-        except sqlite3.Error as exc:
+        except ENGINE_ERRORS as exc:
             problem = f"database unavailable: {exc}"
     if problem is not None:
         return Response(
@@ -129,7 +127,7 @@ def create_litestar(settings: Settings) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        app.state.reader = await Reader.open(settings.db)
+        app.state.reader = await open_reader(settings.db, settings.read_dbs)
         app.state.writes = Writes(settings.db)
         try:
             yield
@@ -157,7 +155,10 @@ def create_litestar(settings: Settings) -> Litestar:
         plugins=[
             ProblemDetailsPlugin(
                 ProblemDetailsConfig(
-                    exception_to_problem_detail_map={HTTPException: _http_problem, sqlite3.Error: _database_problem}
+                    exception_to_problem_detail_map={
+                        HTTPException: _http_problem,
+                        **dict.fromkeys(ENGINE_ERRORS, _database_problem),
+                    }
                 )
             )
         ],

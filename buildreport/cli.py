@@ -24,7 +24,9 @@ import msgspec
 from buildreport import __version__, config
 from buildreport.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_RATE_LIMIT, Settings, default_db
 from buildreport.faults import describe_sqlite_error, printable
-from buildreport.store.schema import DatabaseError, open_auth, open_database
+from buildreport.store import ENGINE_ERRORS, DatabaseError, describe, open_auth, open_database
+from buildreport.store import exists as database_exists
+from buildreport.store import remove as remove_database
 from buildreport.times import US_PER_SECOND, format_us, now_us
 
 DURATION = re.compile(r"([0-9]{1,12})([smhd])")
@@ -54,6 +56,9 @@ class _Main(click.Group):
             raise click.ClickException(printable(str(exc))) from exc
         except sqlite3.Error as exc:
             raise click.ClickException(describe_sqlite_error(exc, _opened_db[-1] if _opened_db else None)) from exc
+        except ENGINE_ERRORS as exc:  # PostgreSQL's: the server's own message names the fault
+            db = describe(_opened_db[-1]) if _opened_db else "the database"
+            raise click.ClickException(f"{db}: {printable(str(exc).strip())}") from exc
         except OSError as exc:
             name = f"{printable(str(exc.filename))}: " if exc.filename else ""
             raise click.ClickException(f"{name}{exc.strerror or printable(str(exc))}") from exc
@@ -68,7 +73,7 @@ def db_option(func):  # type: ignore[no-untyped-def]
         "--db",
         default=default_db,
         show_default="$BUILDREPORT_DB or ./buildreport.db",
-        help="Path of the SQLite database file.",
+        help="SQLite database file, or a postgresql://user@host/dbname URL.",
     )(func)
 
 
@@ -710,16 +715,6 @@ def _terminated(signum: int, frame: object) -> None:
     raise _Stopped(128 + signum)
 
 
-def _remove_database(db: str) -> None:
-    """The files a database is made of, so that a failed demo leaves nothing behind."""
-    from buildreport.store.schema import AUTH_SUFFIX
-
-    for base in (db, db + AUTH_SUFFIX):
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(base + suffix).unlink(missing_ok=True)
-    Path(db + ".secret").unlink(missing_ok=True)
-
-
 @main.command()
 @click.option("--db", default=None, help="Database to create (must not exist) [default: a temporary file].")
 @_serve_options
@@ -731,7 +726,7 @@ def demo(db: str | None, **kwargs: object) -> None:
     """
     from buildreport.demo import prepare_demo
 
-    if db is not None and Path(db).exists():
+    if db is not None and database_exists(db):
         raise click.ClickException(f"{printable(db)} exists; the demo starts from a new database (choose another --db)")
     settings = _settings(db or "demo.db", **kwargs)  # checked before anything is created
     _check_port(settings.host, settings.port)
@@ -759,7 +754,7 @@ def demo(db: str | None, **kwargs: object) -> None:
         run_server(settings)
     except BaseException as exc:
         if not (serving and isinstance(exc, KeyboardInterrupt | _Stopped)):  # a --db of a stopped demo stays
-            _remove_database(db)
+            remove_database(db)
         raise
     finally:
         if folder is not None:

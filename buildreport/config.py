@@ -9,6 +9,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from buildreport.store import stored_signing_key
+
 DEFAULT_DB = "buildreport.db"
 DEFAULT_RATE_LIMIT = 3000  # requests a minute per token and process
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024  # of a POST /builds body, after gzip inflation too
@@ -49,6 +51,7 @@ class Settings(msgspec.Struct, frozen=True):
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_records: int = DEFAULT_MAX_RECORDS
     metrics_loopback: bool = False  # /metrics answers loopback clients without a token
+    read_dbs: tuple[str, ...] = ()  # PostgreSQL replicas that range queries are sent to
 
     @property
     def base_url(self) -> str:
@@ -113,6 +116,9 @@ def load_secret_keys(settings: Settings) -> tuple[str, ...]:
     Raises WeakKey for any key shorter or plainer than 32 random bytes, wherever it came from."""
     if settings.secret_keys:
         return check_keys(settings.secret_keys, "--secret-key / BUILDREPORT_SECRET_KEY")
+    stored = stored_signing_key(settings.db)  # a PostgreSQL database keeps it, for all its servers
+    if stored is not None:
+        return check_keys((stored,), "the signing key stored in the database")
     path = secret_path(settings.db)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,9 +11,8 @@ from buildreport.config import Settings, load_secret_keys
 from buildreport.ingest import import_files, open_lines
 from buildreport.models import ImportRecord
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
-from buildreport.store import admin
+from buildreport.store import Connection, admin, describe, open_auth
 from buildreport.store.admin import insert_token
-from buildreport.store.schema import open_auth
 from buildreport.times import US_PER_DAY, US_PER_SECOND, to_us
 from buildreport.tokens import new_token
 
@@ -33,7 +31,7 @@ def newest_us(path: Path) -> int:
     return newest
 
 
-def prepare_demo(conn: sqlite3.Connection, settings: Settings, sample: Path, now_us: int) -> list[str]:
+def prepare_demo(conn: Connection, settings: Settings, sample: Path, now_us: int) -> list[str]:
     """Load the sample into `conn` and return what to print: tokens, curl lines, a signed link.
 
     Times are shifted so that the latest moment in the sample is now: nothing starts in the future.
@@ -48,7 +46,7 @@ def prepare_demo(conn: sqlite3.Connection, settings: Settings, sample: Path, now
     result = import_files(conn, [sample], now_us, transform=shifted)
     accounts = [row[0] for row in conn.execute("SELECT name FROM accounts ORDER BY account_id")]
     base = settings.base_url
-    lines = [f"buildreport demo: {result.records} sample builds in {settings.db}", ""]
+    lines = [f"buildreport demo: {result.records} sample builds in {describe(settings.db)}", ""]
     first_secret = ""
     auth = open_auth(settings.db)
     with auth:
@@ -102,7 +100,7 @@ def prepare_demo(conn: sqlite3.Connection, settings: Settings, sample: Path, now
     return lines
 
 
-def _demo_link(conn: sqlite3.Connection, settings: Settings, account: str | None, now_us: int) -> str | None:
+def _demo_link(conn: Connection, settings: Settings, account: str | None, now_us: int) -> str | None:
     """A signed link to the newest failed build of the first account, valid for a day."""
     if account is None:
         return None
@@ -117,7 +115,7 @@ def _demo_link(conn: sqlite3.Connection, settings: Settings, account: str | None
     return LinkSigner(load_secret_keys(settings)).link_url(settings.base_url, LinkClaims(row[0], row[1], expires_us))
 
 
-def _dashboard_link(conn: sqlite3.Connection, settings: Settings, account: str, now_us: int) -> str | None:
+def _dashboard_link(conn: Connection, settings: Settings, account: str, now_us: int) -> str | None:
     """A signed link to the first account's dashboard, valid for a day."""
     account_id = admin.account_id(conn, account)
     if account_id is None:

@@ -7,7 +7,6 @@ one build.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -36,7 +35,7 @@ class DatabaseSink:
     def __init__(self, db: Path | str, account: str) -> None:
         # The storage layer is imported here, not above: it takes a runner session about half a second
         # to load, and a spool needs none of it.
-        from buildreport.store.schema import open_database
+        from buildreport.store import open_database
 
         self.conn = open_database(db)
         self.account = account
@@ -46,6 +45,7 @@ class DatabaseSink:
         self.write_all([record])
 
     def write_all(self, records: list[BuildRecord]) -> None:
+        from buildreport.store import ENGINE_ERRORS
         from buildreport.store.writes import WriteConflicts, write_records
 
         with self.lock:
@@ -54,7 +54,7 @@ class DatabaseSink:
             except WriteConflicts as exc:
                 first = exc.invalid[0]
                 raise ValueError(f"the database refused it: {first.field}: {first.reason}") from exc
-            except sqlite3.Error as exc:
+            except ENGINE_ERRORS as exc:
                 raise ValueError(f"the database refused it: {exc}") from exc
 
     def close(self) -> None:

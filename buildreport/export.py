@@ -20,7 +20,7 @@ from buildreport.config import default_db
 from buildreport.errors import InvalidParams
 from buildreport.filters import EXPORT_FORMATS, parse_export_query
 from buildreport.models import Build
-from buildreport.store.schema import DatabaseError, open_database
+from buildreport.store import DatabaseError, describe, open_database
 from buildreport.store.stats_queries import account_id, iter_export_pages
 from buildreport.times import now_us
 
@@ -107,7 +107,7 @@ def export_command(db: str, account: str, export_format: str, output: Path | Non
     try:
         number = account_id(conn, account)
         if number is None:
-            raise click.ClickException(f"no account {account!r} in {db}")
+            raise click.ClickException(f"no account {account!r} in {describe(db)}")
         pages = iter_export_pages(conn, number, query.filter)
         try:
             chunks = itertools.chain([header(query.format)], (page(bodies, query.format) for bodies in pages))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import io
 import re
-import sqlite3
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from pathlib import Path
 import msgspec
 
 from buildreport.models import UNFINISHED, ImportRecord
+from buildreport.store import Connection
 from buildreport.store.writer import BuildWriter, WriteStats
 from buildreport.times import to_us
 
@@ -173,7 +173,7 @@ def _read_error(exc: BaseException) -> str:
 
 
 def import_files(
-    conn: sqlite3.Connection,
+    conn: Connection,
     paths: list[Path],
     now_us: int,
     on_progress: Callable[[int], None] | None = None,

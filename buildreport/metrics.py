@@ -10,11 +10,9 @@ Open to a token with the `metrics:read` scope, or, with `serve --metrics-loopbac
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from litestar import Request, Response, Router, get
@@ -94,14 +92,6 @@ class _Figures(Collector):
         yield from (builds, cpu, stored, size)
 
 
-def database_bytes(path: str) -> int:
-    total = 0
-    for name in (path, path + "-wal"):
-        with contextlib.suppress(OSError):  # no write-ahead log right now
-            total += Path(name).stat().st_size
-    return total
-
-
 def _process_registry() -> Any:
     """Every worker's samples in multiprocess mode, else this process's own."""
     if os.environ.get(MULTIPROC_ENV):
@@ -116,7 +106,7 @@ async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     reader: Reader = request.app.state.reader
     recent, stored = await reader.account_figures(hour_of(now_us()) - 23 * HOUR_US)
     figures = CollectorRegistry()
-    figures.register(_Figures(recent, stored, database_bytes(request.app.state.settings.db)))
+    figures.register(_Figures(recent, stored, await reader.size_bytes()))
     body = generate_latest(_process_registry()) + generate_latest(figures)
     return Response(content=body, media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})
 

@@ -22,7 +22,7 @@ from buildreport.app import create_app
 from buildreport.config import Settings
 from buildreport.ingest import import_files
 from buildreport.store.admin import insert_token
-from buildreport.store.schema import open_auth, open_database
+from buildreport.store.sqlite.schema import open_auth, open_database
 from buildreport.times import US_PER_DAY, to_us
 from buildreport.tokens import new_token
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from conftest import auth, record, write_jsonl
 
 from buildreport.cli import main
-from buildreport.store.schema import SCHEMA_VERSION, auth_path
+from buildreport.store.sqlite.schema import SCHEMA_VERSION, auth_path
 
 
 def run(*args: str, expect: int = 0):

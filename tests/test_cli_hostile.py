@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from buildreport.cli import main
-from buildreport.store.schema import auth_path
+from buildreport.store.sqlite.schema import auth_path
 
 
 def invoke(*args: str):

@@ -260,7 +260,7 @@ def test_revocation_takes_effect_at_once(env):
     secret = env.token()
     with env.client() as client:
         assert client.get("/builds/1", headers=auth(secret)).status_code == 200
-        from buildreport.store.schema import open_auth
+        from buildreport.store.sqlite.schema import open_auth
         from buildreport.tokens import digest
 
         conn = open_auth(env.db)

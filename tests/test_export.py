@@ -15,7 +15,7 @@ from conftest import NOW, Env, auth, record
 from buildreport.cli import main
 from buildreport.filters import BuildFilter
 from buildreport.models import Build
-from buildreport.store.reader import Reader
+from buildreport.store import open_reader
 
 FROM = {"create_time_from": "2000-01-01"}
 
@@ -111,7 +111,7 @@ def test_export_reads_in_pages_of_bounded_size_in_list_order(api):
     env, client, secret = api
 
     async def pages() -> list[list[bytes]]:
-        reader = await Reader.open(env.db)
+        reader = await open_reader(env.db)
         try:
             return [page async for page in reader.export_pages(1, BuildFilter(create_from_us=0), size=7)]
         finally:

@@ -19,8 +19,8 @@ from conftest import auth, buildreport_command, record, write_jsonl
 
 from buildreport.cli import main
 from buildreport.config import secret_path
-from buildreport.store import schema
-from buildreport.store.schema import auth_path
+from buildreport.store.sqlite import schema
+from buildreport.store.sqlite.schema import auth_path
 
 PRIVATE = 0o600
 
@@ -333,7 +333,7 @@ def test_healthz_says_when_the_database_was_replaced(env):
 
 def test_a_missing_database_is_not_created_by_the_app(env):
     from buildreport.app import create_app
-    from buildreport.store.schema import DatabaseError
+    from buildreport.store.sqlite.schema import DatabaseError
 
     with pytest.raises(DatabaseError):
         create_app(env.settings())
@@ -373,7 +373,7 @@ def test_every_worker_reports_a_deleted_database(env, serve):
 
 
 def test_tokens_of_an_older_database_move_to_the_tokens_file(env):
-    from buildreport.store.schema import APPLICATION_ID, MIGRATIONS, open_database
+    from buildreport.store.sqlite.schema import APPLICATION_ID, MIGRATIONS, open_database
 
     conn = sqlite3.connect(env.db, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")

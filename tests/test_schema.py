@@ -9,7 +9,7 @@ from conftest import record, write_jsonl
 
 from buildreport.ingest import import_files
 from buildreport.models import Build
-from buildreport.store.schema import SCHEMA_VERSION, open_database
+from buildreport.store.sqlite.schema import SCHEMA_VERSION, open_database
 from buildreport.store.writer import body_hash
 
 STATUS_MIGRATION = 2  # the version whose builds carry `status` beside `build_status`

@@ -19,7 +19,7 @@ from buildreport.ingest import import_files
 from buildreport.models import BuildStatus
 from buildreport.store import queries, tag_totals
 from buildreport.store.reader import merge_summary_rows
-from buildreport.store.schema import open_database
+from buildreport.store.sqlite.schema import open_database
 from buildreport.times import to_us
 
 KEYS = ("project", "run")

@@ -17,7 +17,7 @@ from buildreport.ingest import ImportFailed, import_files
 from buildreport.models import BuildStatus
 from buildreport.store import queries
 from buildreport.store.reader import merge_summary_rows
-from buildreport.store.schema import open_database
+from buildreport.store.sqlite.schema import open_database
 from buildreport.store.totals import FULL_RECOMPUTE_THRESHOLD, US_PER_DAY, US_PER_HOUR
 from buildreport.times import to_us
 

@@ -36,7 +36,7 @@ class UnusableDatabase:
 
 
 def _database(db: Path, account: str) -> Callable[[BuildRecord], None]:
-    from buildreport.store.schema import DatabaseError
+    from buildreport.store import DatabaseError
 
     try:
         return DatabaseSink(db, account)

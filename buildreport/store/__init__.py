@@ -1,1 +1,137 @@
-"""SQLite storage: the schema, the read queries that serve requests and the writer used by import."""
+"""Storage: one interface over two engines.
+
+The HTTP layer and the commands call only what this module offers; `db` is a SQLite file path or a
+`postgresql://` URL, and nothing above the store asks which. The engines live in store/sqlite/ and
+store/postgres/; the queries, the writer and the totals above them are shared.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from buildreport.store.errors import DatabaseError
+from buildreport.store.reader import Reader
+
+# A synchronous connection of either engine: sqlite3's calls (execute, executemany, commit, rollback, close).
+Connection = Any
+
+
+def is_postgres(db: str) -> bool:
+    return str(db).startswith(("postgresql://", "postgres://"))
+
+
+def _engine_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import psycopg
+    except ImportError:  # a build without the PostgreSQL driver
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)
+
+
+# What either engine raises when the database cannot serve a query (an outage, never the client's fault).
+ENGINE_ERRORS = _engine_errors()
+
+
+def open_database(db: str, *, create: bool = True) -> Any:
+    """A synchronous connection to an up-to-date database (created or migrated as needed), for the commands."""
+    if is_postgres(db):
+        from buildreport.store.postgres.schema import open_database as open_postgres
+
+        return _postgres(lambda: open_postgres(str(db)), db)
+    from buildreport.store.sqlite.schema import open_database as open_sqlite
+
+    return open_sqlite(db, create=create)
+
+
+def open_auth(db: str) -> Any:
+    """A synchronous connection on which the tokens are managed (SQLite keeps them in a file of their own)."""
+    if is_postgres(db):
+        return open_database(db)
+    from buildreport.store.sqlite.schema import open_auth as open_sqlite_auth
+
+    return open_sqlite_auth(db)
+
+
+def connect(db: str) -> Any:
+    """A synchronous connection to a database that exists and is up to date (the server's writes)."""
+    if is_postgres(db):
+        from buildreport.store.postgres.connection import PgConnection
+
+        return _postgres(lambda: PgConnection.open(str(db)), db)
+    from buildreport.store.sqlite.schema import connect_existing
+
+    return connect_existing(db)
+
+
+async def open_reader(db: str, read_dbs: Sequence[str] = ()) -> Reader:
+    """The server's reader; `read_dbs` are replicas that range queries are sent to (PostgreSQL only)."""
+    if is_postgres(db):
+        from buildreport.store.postgres.reader import PgReader
+
+        return await PgReader.open(str(db), read_dbs)
+    if read_dbs:
+        raise DatabaseError("--read-db names PostgreSQL replicas; a SQLite database is read from its file")
+    from buildreport.store.sqlite.reader import SqliteReader
+
+    return await SqliteReader.open(db)
+
+
+def exists(db: str) -> bool:
+    """Whether a buildreport database is there already (a file, or buildreport's tables in PostgreSQL)."""
+    if is_postgres(db):
+        from buildreport.store.postgres.schema import holds_buildreport
+
+        return bool(_postgres(lambda: holds_buildreport(str(db)), db))
+    from pathlib import Path
+
+    return Path(db).exists()
+
+
+def remove(db: str) -> None:
+    """Take a database away whole: its files, or buildreport's tables in PostgreSQL."""
+    if is_postgres(db):
+        from buildreport.store.postgres.schema import drop_all
+
+        _postgres(lambda: drop_all(str(db)), db)
+        return
+    from buildreport.store.sqlite.schema import remove_files
+
+    remove_files(db)
+
+
+def stored_signing_key(db: str) -> str | None:
+    """The signing key kept in a PostgreSQL database for all its servers; None for SQLite (a file beside it)."""
+    if not is_postgres(db):
+        return None
+    from buildreport.store.postgres.schema import signing_key
+
+    return _postgres(lambda: signing_key(str(db)), db)
+
+
+def describe(db: str) -> str:
+    """The database as a message may name it: a PostgreSQL URL without its password."""
+    if not is_postgres(db):
+        return db
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(db)
+    host = parts.hostname or ""
+    netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _postgres(open_: Any, db: str) -> Any:
+    """Run an opening step; a server that cannot be reached or a foreign schema is a DatabaseError."""
+    import psycopg
+
+    from buildreport.store.postgres.schema import SchemaError
+
+    try:
+        return open_()
+    except SchemaError as exc:
+        raise DatabaseError(f"{describe(db)}: {exc}") from exc
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise DatabaseError(f"cannot use {describe(db)}: {reason}") from exc

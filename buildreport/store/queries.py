@@ -6,6 +6,7 @@ import msgspec
 
 from buildreport.filters import BuildFilter, ListQuery, UsageQuery
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
+from buildreport.store.dialect import SQLITE, Dialect
 
 Query = tuple[str, list[object]]
 US_PER_HOUR = 3_600_000_000
@@ -24,8 +25,8 @@ def _filter_sql(account_id: int, build_filter: BuildFilter, alias: str) -> tuple
     time_col = f"{alias}.create_us"
     if build_filter.tags:
         key, value = build_filter.tags[0]
-        source = f"build_tags t CROSS JOIN builds {alias} ON {alias}.build_id = t.build_id"
-        where += ["t.account_id = ?", "t.key = ?", "t.value = ?"]
+        source = f"build_tags t CROSS JOIN builds {alias}"
+        where += [f"{alias}.build_id = t.build_id", "t.account_id = ?", "t.key = ?", "t.value = ?"]
         params += [account_id, key, value]
         time_col = "t.create_us"
         for key, value in build_filter.tags[1:]:
@@ -52,7 +53,7 @@ def _filter_sql(account_id: int, build_filter: BuildFilter, alias: str) -> tuple
     return source, " AND ".join(where), params
 
 
-def list_builds(account_id: int, query: ListQuery) -> Query:
+def list_builds(account_id: int, query: ListQuery, dialect: Dialect = SQLITE) -> Query:
     """A page of builds, newest first, as one JSON array that SQLite joins from the stored JSON.
 
     One value, brackets included, crosses into Python instead of a row per build: that halves the cost
@@ -61,8 +62,9 @@ def list_builds(account_id: int, query: ListQuery) -> Query:
     into an aggregate). Beside the JSON comes, in the same order, each build's stored digest (for the ETag).
     """
     source, where, params, order = _ordered(account_id, query)
-    page = f"SELECT b.body, b.body_hash FROM {source} WHERE {where} ORDER BY {order} LIMIT ?"
-    sql = f"SELECT count(*), CAST('[' || group_concat(body, ',') || ']' AS BLOB), group_concat(body_hash) FROM ({page})"
+    keys = "t.create_us AS k1, t.build_id AS k2" if query.filter.tags else "b.create_us AS k1, b.build_id AS k2"
+    page = f"SELECT b.body, b.body_hash, {keys} FROM {source} WHERE {where} ORDER BY {order} LIMIT ?"
+    sql = f"SELECT count(*), {dialect.body_array}, {dialect.hash_list} FROM ({page}) AS page"
     return sql, [*params, query.limit]
 
 
@@ -99,7 +101,7 @@ def _summary_columns(alias: str, weight: str, first_start: str, last_stop: str) 
     coalesce(sum({alias}.duration_us), 0),
     min({alias}.{first_start}),
     max({alias}.{last_stop}),
-    coalesce(max({alias}.status IN {in_list(UNFINISHED)}), 0),
+    coalesce(max(CASE WHEN {alias}.status IN {in_list(UNFINISHED)} THEN 1 ELSE 0 END), 0),
     coalesce(sum({alias}.nar_size_bytes), 0)
     """
 
@@ -196,7 +198,7 @@ def tag_pair_size(account_id: int, key: str, value: str, build_filter: BuildFilt
     sql = (
         "SELECT CASE WHEN EXISTS (SELECT 1 FROM tag_pairs WHERE account_id = ? AND key = ? AND value = ?) THEN -1"
         " ELSE (SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE account_id = ? AND key = ? AND value = ?"
-        f" AND {window} LIMIT ?)) END"
+        f" AND {window} LIMIT ?) AS reached) END"
     )
     return sql, [*params, cap]
 

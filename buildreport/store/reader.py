@@ -1,22 +1,25 @@
-"""Read access for the server: one aiosqlite connection per process, one query per request."""
+"""Read access for the server: the queries that serve requests, the same for both engines.
+
+An engine's reader (store/sqlite/reader.py, store/postgres/reader.py) says how a query runs: `_rows` for
+range queries, `_key` for lookups by key that must see the latest commit (a token, one build), and what
+the engine can tell about itself (whether data changed, how large it is).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
-import sqlite3
+import abc
 from collections.abc import AsyncIterator
-from pathlib import Path
 
-import aiosqlite
 import msgspec
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildSummary, Usage
 from buildreport.store import queries, stats_queries, tag_totals
-from buildreport.store.schema import CONNECTION_PRAGMAS, attach_auth, auth_path, connect_existing, rw_uri
+from buildreport.store.dialect import Dialect
 from buildreport.times import US_PER_SECOND
+
+# Builds an export reads at a time.
+EXPORT_PAGE = 2_000
 
 
 class TokenRow(msgspec.Struct, frozen=True):
@@ -38,137 +41,50 @@ class BuildPage(msgspec.Struct):
     next_cursor: Cursor | None
 
 
+class Reader(abc.ABC):
+    """The queries that serve requests, on the connections of one engine."""
 
-log = logging.getLogger("buildreport.store")
-# The WAL index header (the first 48 bytes of the -shm file) changes with every commit of any process.
-_WAL_INDEX_HEADER = 48
-# Builds an export reads at a time.
-EXPORT_PAGE = 2_000
+    dialect: Dialect
 
-
-async def _connect(path: Path | str) -> aiosqlite.Connection:
-    # mode=rw: a database file that is gone is an error, never a new empty file.
-    conn = await aiosqlite.connect(rw_uri(path), uri=True, isolation_level=None)
-    for pragma in CONNECTION_PRAGMAS:
-        await conn.execute(pragma)
-    return conn
-
-
-def _connect_local(path: Path | str) -> sqlite3.Connection:
-    conn = connect_existing(path)
-    attach_auth(conn, path)
-    return conn
-
-
-def _identity(path: str) -> tuple[int, int]:
-    info = os.stat(path)
-    return info.st_dev, info.st_ino
-
-
-class Reader:
-    """The queries that serve requests.
-
-    Range queries (lists, summaries, usage, logs) run on one aiosqlite connection, off the event loop.
-    Lookups by key (a token, one build) take a few microseconds in SQLite, less than handing them to
-    aiosqlite's thread and back; they run on a plain connection in the event loop's own thread.
-    A third connection, opened on first use, records when tokens were last used.
-    """
-
-    def __init__(self, conn: aiosqlite.Connection, path: Path | str) -> None:
-        self._conn = conn
-        self._path = str(path)
-        self._local = _connect_local(path)
-        self._auth_path = str(auth_path(path))
-        # Which files were opened: a file deleted or replaced under the server is told apart by its inode.
-        self._identities = {self._path: _identity(self._path), self._auth_path: _identity(self._auth_path)}
-        self._writer: aiosqlite.Connection | None = None
-        self._shm: dict[str, int] = {}
-        self._pending: set[asyncio.Task[None]] = set()
-
-    @classmethod
-    async def open(cls, path: Path | str) -> Reader:
-        return cls(await _connect(path), path)
-
-    async def close(self) -> None:
-        if self._pending:
-            await asyncio.wait(self._pending, timeout=5)
-        if self._writer is not None:
-            await self._writer.close()
-        await self._conn.close()
-        self._local.close()
-        for fd in self._shm.values():
-            os.close(fd)
-
-    def data_version(self) -> bytes | None:
-        """A value that differs after any commit to the database or its tokens file; None when it cannot be told.
-
-        Reading a few bytes of the WAL index costs far less than a query, so data derived from the
-        database (the token cache) can be checked on every request and still see a revocation at once.
-        """
-        headers = []
-        for path in (self._path, self._auth_path):
-            try:
-                if path not in self._shm:
-                    self._shm[path] = os.open(path + "-shm", os.O_RDONLY)
-                header = os.pread(self._shm[path], _WAL_INDEX_HEADER, 0)
-            except OSError:
-                return None
-            if len(header) != _WAL_INDEX_HEADER:
-                return None
-            headers.append(header)
-        return b"".join(headers)
-
-    def file_problem(self) -> str | None:
-        """What is wrong with the files this process reads, when one was deleted or replaced since it opened it."""
-        for path, opened in self._identities.items():
-            try:
-                now = _identity(path)
-            except FileNotFoundError:
-                return f"{path} was deleted while the service ran; restore it and restart the service"
-            except OSError as exc:
-                return f"{path} cannot be checked: {exc.strerror}"
-            if now != opened:
-                return f"{path} was replaced while the service ran; restart the service to read the new file"
-        return None
-
+    @abc.abstractmethod
     async def _rows(self, query: queries.Query) -> list[tuple]:
-        sql, params = query
-        return list(await self._conn.execute_fetchall(sql, params))
+        """Rows of a range query (may be served by a replica)."""
 
-    def _lookup(self, query: queries.Query) -> list[tuple]:
-        sql, params = query
-        return self._local.execute(sql, params).fetchall()
+    @abc.abstractmethod
+    async def _key(self, query: queries.Query) -> list[tuple]:
+        """Rows of a lookup by key, as of the latest commit."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def data_version(self) -> bytes | None:
+        """A value that differs after any commit; None when the engine cannot tell it cheaply."""
+
+    @abc.abstractmethod
+    def file_problem(self) -> str | None:
+        """What is wrong with the storage under a running server (a file deleted or replaced), if anything."""
+
+    @abc.abstractmethod
+    def touch_token(self, token_id: str, now_us: int) -> None:
+        """Record a token's last use in the background; no request waits for it."""
+
+    @abc.abstractmethod
+    async def size_bytes(self) -> int:
+        """The size of the stored data, for /metrics."""
 
     async def ping(self) -> bool:
-        return bool(await self._rows(("SELECT count(*) FROM (SELECT 1 FROM accounts LIMIT 1)", [])))
+        return bool(await self._rows(("SELECT count(*) FROM (SELECT 1 FROM accounts LIMIT 1) AS one", [])))
 
     async def token(self, digest: bytes) -> TokenRow | None:
-        rows = self._lookup(queries.token_by_digest(digest))
+        rows = await self._key(queries.token_by_digest(digest))
         if not rows:
             return None
         token_id, account_id, account, scopes, expires_us, revoked_us, last_used_us = rows[0]
         return TokenRow(token_id, account_id, account, frozenset(scopes.split()), expires_us, revoked_us, last_used_us)
 
-    def touch_token(self, token_id: str, now_us: int) -> None:
-        """Record a token's last use in the background, on a connection of its own: no request waits for it,
-        not even while an import holds the write lock."""
-        task = asyncio.create_task(self._touch(token_id, now_us))
-        self._pending.add(task)
-        task.add_done_callback(self._touched)
-
-    async def _touch(self, token_id: str, now_us: int) -> None:
-        if self._writer is None:
-            self._writer = await _connect(self._auth_path)
-        sql, params = queries.touch_token(token_id, now_us)
-        await self._writer.execute(sql, params)
-
-    def _touched(self, task: asyncio.Task[None]) -> None:
-        self._pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("could not record a token's last use: %s", task.exception())
-
     async def list_builds(self, account_id: int, query: ListQuery) -> BuildPage:
-        ((count, array, hashes),) = await self._rows(queries.list_builds(account_id, query))
+        ((count, array, hashes),) = await self._rows(queries.list_builds(account_id, query, self.dialect))
         if not count:
             return BuildPage(body=b"[]", digest=b"", next_cursor=None)
         next_cursor = None
@@ -180,14 +96,14 @@ class Reader:
         return BuildPage(body=array, digest=hashes.encode(), next_cursor=next_cursor)
 
     async def build(self, account_id: int, build_id: int) -> bytes | None:
-        rows = self._lookup(queries.get_build(account_id, build_id))
+        rows = await self._key(queries.get_build(account_id, build_id))
         return rows[0][0] if rows else None
 
     async def summary(self, account_id: int, build_filter: BuildFilter, now_us: int) -> BuildSummary:
         promoted = False
         if build_filter.tags:
-            # Lookups by key, like a token's: in the event loop's thread.
-            build_filter, promoted = tag_totals.order_tags(self._lookup, account_id, build_filter)
+            sizes = [(await self._key(q))[0][0] for q in tag_totals.pair_size_queries(account_id, build_filter)]
+            build_filter, promoted = tag_totals.ranked(build_filter, sizes)
         rows = await self._rows(queries.summary(account_id, build_filter, promoted))
         return summary_from_row(merge_summary_rows(rows), now_us)
 
@@ -235,6 +151,7 @@ class Reader:
         recent = await self._rows(stats_queries.account_totals_since(since_us))
         stored = await self._rows(stats_queries.account_build_counts())
         return recent, stored
+
 
 
 def _least(values: list[int | None]) -> int | None:

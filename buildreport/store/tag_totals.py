@@ -68,19 +68,19 @@ sum(b.nar_size_bytes), min(b.start_us), max(b.stop_us)
 """
 _TOTALS_ALL = f"""
 {_INSERT} SELECT p.account_id, p.key, p.value, {_COLUMNS}
-FROM tag_pairs p CROSS JOIN build_tags t ON t.account_id = p.account_id AND t.key = p.key AND t.value = p.value
-CROSS JOIN builds b ON b.build_id = t.build_id
+FROM tag_pairs p CROSS JOIN build_tags t CROSS JOIN builds b
+WHERE t.account_id = p.account_id AND t.key = p.key AND t.value = p.value AND b.build_id = t.build_id
 GROUP BY p.account_id, p.key, p.value, 4, 5
 """
 _TOTALS_OF_PAIR = f"""
 {_INSERT} SELECT t.account_id, t.key, t.value, {_COLUMNS}
-FROM build_tags t CROSS JOIN builds b ON b.build_id = t.build_id
-WHERE t.account_id = ? AND t.key = ? AND t.value = ? {{where}} GROUP BY 4, 5
+FROM build_tags t CROSS JOIN builds b
+WHERE b.build_id = t.build_id AND t.account_id = ? AND t.key = ? AND t.value = ? {{where}} GROUP BY 1, 2, 3, 4, 5
 """
 _PAIR_ALL = _TOTALS_OF_PAIR.format(where="")
 _PAIR = "account_id = ? AND key = ? AND value = ?"
 # At most PROMOTE_AT index entries are read to tell whether a pair has reached it.
-_REACHED = f"SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE {_PAIR} LIMIT ?)"
+_REACHED = f"SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE {_PAIR} LIMIT ?) AS reached"
 
 # What a migration runs to give an existing database its tag totals.
 MIGRATION = TABLES + _PROMOTE_ALL.replace("?", str(PROMOTE_AT)) + ";\n" + _TOTALS_ALL + ";\n"
@@ -99,8 +99,12 @@ _ROW = (
 )
 _DELETE = f"DELETE FROM tag_daily_totals WHERE {_PAIR} AND period_us = ? AND status = ?"
 _UPSERT = (
-    "INSERT OR REPLACE INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds,"
+    "INSERT INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds,"
     " duration_us, nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (account_id, key, value, period_us, status) DO UPDATE SET builds = excluded.builds,"
+    " cpu_seconds = excluded.cpu_seconds, duration_us = excluded.duration_us,"
+    " nar_size_bytes = excluded.nar_size_bytes, first_start_us = excluded.first_start_us,"
+    " last_stop_us = excluded.last_stop_us"
 )
 _RECOMPUTE = _TOTALS_OF_PAIR.format(where="AND t.create_us >= ? AND t.create_us < ? AND b.status = ?")
 
@@ -184,18 +188,26 @@ class TagTouches:
             apply_touched(conn, self.touched)
 
 
+def pair_size_queries(account_id: int, build_filter: BuildFilter) -> list[queries.Query]:
+    """For each tag pair of the filter, a query that yields -1 when its totals are kept, else its builds in the
+    window counted up to PROMOTE_AT: pairs without totals have fewer builds than that, so it reads few entries."""
+    return [
+        queries.tag_pair_size(account_id, key, value, build_filter, PROMOTE_AT) for key, value in build_filter.tags
+    ]
+
+
+def ranked(build_filter: BuildFilter, sizes: list[int]) -> tuple[BuildFilter, bool]:
+    """The filter with its rarest tag pair first, and whether it is one pair with kept totals; pairs with
+    totals (size -1) come last, in the order given."""
+    order = sorted((size < 0, size, index) for index, size in enumerate(sizes))
+    tags = tuple(build_filter.tags[index] for _, _, index in order)
+    promoted = len(tags) == 1 and order[0][0]
+    return msgspec.structs.replace(build_filter, tags=tags), promoted
+
+
 def order_tags(
     lookup: Callable[[queries.Query], list[tuple]], account_id: int, build_filter: BuildFilter
 ) -> tuple[BuildFilter, bool]:
-    """The filter with its rarest tag pair first, and whether it is one pair with kept totals.
-
-    Pairs without totals have fewer than PROMOTE_AT builds: counting one in the window reads at most that
-    many index entries. Pairs with totals come last, in the order given."""
-    ranked = []
-    for index, (key, value) in enumerate(build_filter.tags):
-        ((size,),) = lookup(queries.tag_pair_size(account_id, key, value, build_filter, PROMOTE_AT))
-        ranked.append((size < 0, size, index))
-    ranked.sort()
-    tags = tuple(build_filter.tags[index] for _, _, index in ranked)
-    promoted = len(tags) == 1 and ranked[0][0]
-    return msgspec.structs.replace(build_filter, tags=tags), promoted
+    """`ranked` with the sizes read through a synchronous lookup."""
+    sizes = [lookup(query)[0][0] for query in pair_size_queries(account_id, build_filter)]
+    return ranked(build_filter, sizes)

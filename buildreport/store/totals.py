@@ -17,7 +17,7 @@ HOURLY, DAILY = ("hourly_totals", US_PER_HOUR), ("daily_totals", US_PER_DAY)
 _TOTALS_SELECT = """
 SELECT account_id, create_us - create_us % {period}, status, count(*), sum(cpu_seconds),
        coalesce(sum(duration_us), 0), sum(nar_size_bytes), min(start_us), max(stop_us)
-FROM builds WHERE account_id = ? {where} GROUP BY 2, 3
+FROM builds WHERE account_id = ? {where} GROUP BY 1, 2, 3
 """
 _TOTALS_INSERT = (
     "INSERT INTO {table} (account_id, period_us, status, builds, cpu_seconds, duration_us, nar_size_bytes,"
@@ -25,7 +25,7 @@ _TOTALS_INSERT = (
 )
 _DAILY_SELECT = f"""
 SELECT account_id, stop_us - stop_us % {US_PER_DAY}, count(*), sum(cpu_seconds)
-FROM builds WHERE account_id = ? AND stop_us IS NOT NULL AND status IN {in_list(BILLABLE)} {{where}} GROUP BY 2
+FROM builds WHERE account_id = ? AND stop_us IS NOT NULL AND status IN {in_list(BILLABLE)} {{where}} GROUP BY 1, 2
 """
 _DAILY_INSERT = "INSERT INTO daily_usage (account_id, day_us, builds, cpu_seconds) "
 
@@ -75,8 +75,10 @@ def recompute_days(conn: sqlite3.Connection, keys: Iterable[tuple[int, int]]) ->
 
 # Every account's totals stay below this, so that a sum over any of its builds fits in a 64-bit integer.
 MAX_ACCOUNT_TOTAL = 2**62
+_FLOAT_SUM = "coalesce(sum(CAST({} AS DOUBLE PRECISION)), 0)"  # as floats: a sum this large cannot overflow
 _ACCOUNT_TOTALS = (
-    "SELECT total(cpu_seconds), total(duration_us), total(nar_size_bytes) FROM daily_totals WHERE account_id = ?"
+    f"SELECT {_FLOAT_SUM.format('cpu_seconds')}, {_FLOAT_SUM.format('duration_us')},"
+    f" {_FLOAT_SUM.format('nar_size_bytes')} FROM daily_totals WHERE account_id = ?"
 )
 _TOTAL_NAMES = ("cpu_seconds", "duration_seconds", "outputs")
 
@@ -140,8 +142,12 @@ _HOUR_ROW = (
 )
 _HOUR_DELETE = "DELETE FROM hourly_totals WHERE account_id = ? AND period_us = ? AND status = ?"
 _HOUR_UPSERT = (
-    "INSERT OR REPLACE INTO hourly_totals (account_id, period_us, status, builds, cpu_seconds, duration_us,"
+    "INSERT INTO hourly_totals (account_id, period_us, status, builds, cpu_seconds, duration_us,"
     " nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (account_id, period_us, status) DO UPDATE SET builds = excluded.builds,"
+    " cpu_seconds = excluded.cpu_seconds, duration_us = excluded.duration_us,"
+    " nar_size_bytes = excluded.nar_size_bytes, first_start_us = excluded.first_start_us,"
+    " last_stop_us = excluded.last_stop_us"
 )
 _HOUR_RECOMPUTE = _TOTALS_INSERT.format(table="hourly_totals") + _TOTALS_SELECT.format(
     period=US_PER_HOUR, where="AND create_us >= ? AND create_us < ? AND status = ?"
@@ -150,7 +156,7 @@ _DAY_FROM_HOURS = (
     "INSERT INTO daily_totals (account_id, period_us, status, builds, cpu_seconds, duration_us, nar_size_bytes,"
     " first_start_us, last_stop_us) SELECT account_id, ?, status, sum(builds), sum(cpu_seconds), sum(duration_us),"
     " sum(nar_size_bytes), min(first_start_us), max(last_stop_us) FROM hourly_totals"
-    " WHERE account_id = ? AND period_us >= ? AND period_us < ? GROUP BY status"
+    " WHERE account_id = ? AND period_us >= ? AND period_us < ? GROUP BY account_id, status"
 )
 
 
@@ -193,6 +199,8 @@ def apply_usage_deltas(conn: sqlite3.Connection, deltas: dict[tuple[int, int], l
             conn.execute("DELETE FROM daily_usage WHERE account_id = ? AND day_us = ?", (account_id, day))
         else:
             conn.execute(
-                "INSERT OR REPLACE INTO daily_usage (account_id, day_us, builds, cpu_seconds) VALUES (?, ?, ?, ?)",
+                "INSERT INTO daily_usage (account_id, day_us, builds, cpu_seconds) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (account_id, day_us) DO UPDATE SET builds = excluded.builds,"
+                " cpu_seconds = excluded.cpu_seconds",
                 (account_id, day, row[0] + builds, row[1] + cpu),
             )

@@ -293,8 +293,10 @@ class BuildWriter:
 
     def account_id(self, name: str) -> int:
         if name not in self._accounts:
-            cur = self._conn.execute("INSERT INTO accounts (name, created_us) VALUES (?, ?)", (name, self._now_us))
-            self._accounts[name] = int(cur.lastrowid or 0)
+            (account_id,) = self._conn.execute(
+                "INSERT INTO accounts (name, created_us) VALUES (?, ?) RETURNING account_id", (name, self._now_us)
+            ).fetchone()
+            self._accounts[name] = int(account_id)
         return self._accounts[name]
 
     def _existing(self, ids: Sequence[int]) -> dict[int, _Existing]:
@@ -411,7 +413,8 @@ class BuildWriter:
                             old.stop_us, old.cpu_seconds, old.nar_size_bytes)
         self._write_tags(rows, existing)
         self._conn.executemany(
-            "INSERT OR REPLACE INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)",
+            "INSERT INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)"
+            " ON CONFLICT (build_id) DO UPDATE SET size_bytes = excluded.size_bytes, zlib = excluded.zlib",
             [(row.build.build_id, row.log_size, row.log) for row in rows if row.log is not None],
         )
         self._link_peers(rows)
@@ -485,7 +488,8 @@ class BuildWriter:
                 fresh.append((row.account_id, k, v, row.create_us, b.build_id))
                 fresh_stats.append(figures)
         self._conn.executemany(
-            "INSERT OR IGNORE INTO build_tags (account_id, key, value, create_us, build_id) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO build_tags (account_id, key, value, create_us, build_id) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             fresh,
         )
         self._tags.add(1, fresh, fresh_stats)

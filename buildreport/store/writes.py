@@ -11,9 +11,9 @@ import asyncio
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
-from buildreport.store.schema import connect_existing
 from buildreport.store.writer import BuildWriter, pack_log
 
 
@@ -60,14 +60,16 @@ def write_records(conn: sqlite3.Connection, account: str, records: list[BuildRec
 class Writes:
     """The server's write connection, used by one thread at a time, in the order requests arrive."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str) -> None:  # a file or a postgresql:// URL
         self._path = str(path)
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Any = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self) -> Any:
         if self._conn is None:
-            self._conn = connect_existing(self._path)  # never creates a database that was deleted meanwhile
+            from buildreport.store import connect  # the engine's, never creating a database deleted meanwhile
+
+            self._conn = connect(self._path)
         return self._conn
 
     def _write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:

@@ -1,4 +1,4 @@
-"""The schema, created and migrated by the program; `PRAGMA user_version` is its version."""
+"""The SQLite schema, created and migrated by the program; `PRAGMA user_version` is its version."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
 from buildreport.store import tag_totals
+from buildreport.store.errors import DatabaseError
 
 # "brep": marks a SQLite file as a buildreport database.
 APPLICATION_ID = 0x62726570
@@ -159,10 +160,6 @@ INSERT OR IGNORE INTO tokens (token_id, account, digest, scopes, label, created_
 SELECT t.token_id, a.name, t.digest, t.scopes, t.label, t.created_us, t.expires_us, t.revoked_us, t.last_used_us
 FROM old.tokens t JOIN old.accounts a USING (account_id)
 """
-
-
-class DatabaseError(Exception):
-    """The database file cannot be used; the message says why and what to do."""
 
 
 # Settings every connection needs: a busy timeout so readers and the importer wait for each other,
@@ -342,3 +339,11 @@ def open_database(path: Path | str, *, create: bool = True) -> sqlite3.Connectio
     except sqlite3.DatabaseError as exc:
         raise _describe(path, exc) from exc
     return conn
+
+
+def remove_files(path: Path | str) -> None:
+    """The files a database is made of: its own, its tokens file, their journals and its signing key."""
+    for base in (str(path), str(path) + AUTH_SUFFIX):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(base + suffix).unlink(missing_ok=True)
+    Path(str(path) + ".secret").unlink(missing_ok=True)

@@ -1,0 +1,140 @@
+"""Connections to PostgreSQL that take the store's SQL as written for both engines.
+
+The shared store code speaks the DB-API as sqlite3 offers it: `?` placeholders, `execute(...).fetchall()`,
+`executemany`, `BEGIN IMMEDIATE` before a write. These wrappers turn that into psycopg calls, in one place:
+placeholders become `%s`, `BEGIN IMMEDIATE` takes the write lock every buildreport process shares (a
+transaction-level advisory lock, so writers from several machines follow one another as SQLite's writers
+do), and `PRAGMA` tuning, which means nothing to PostgreSQL, is skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Loader
+from psycopg.types.string import TextLoader
+
+# Key of the advisory lock every buildreport write transaction holds; the schema migration has its own.
+WRITE_LOCK = 0x62726570_00000001
+MIGRATION_LOCK = 0x62726570_00000002
+SEARCH_PATH = "public, auth"  # tokens live in schema `auth`, as the tokens file is attached as `auth` in SQLite
+
+
+def is_postgres(db: str) -> bool:
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str) -> str:
+    """`?` placeholders as psycopg's `%s`; a literal `%` doubled. The store's SQL holds no `?` in literals."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class _WholeNumeric(Loader):
+    """`sum()` of integers is `numeric` in PostgreSQL; the store's figures are whole numbers, as in SQLite."""
+
+    def load(self, data: Any) -> int | float:
+        text = bytes(data).decode()
+        if "." in text or "e" in text or "N" in text:
+            return float(text)
+        return int(text)
+
+
+def configure(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Numbers and JSON come back as SQLite gives them: sums as int, JSON as its text."""
+    conn.adapters.register_loader("numeric", _WholeNumeric)
+    conn.adapters.register_loader("json", TextLoader)
+    conn.adapters.register_loader("jsonb", TextLoader)
+
+
+def connect_kwargs() -> dict[str, Any]:
+    return {"autocommit": True, "options": f"-c search_path={SEARCH_PATH.replace(' ', '')}"}
+
+
+class PgCursor:
+    """What a statement returned, with sqlite3's cursor calls."""
+
+    def __init__(self, cursor: psycopg.Cursor[Any] | None) -> None:
+        self._cursor = cursor
+
+    def fetchall(self) -> list[tuple]:
+        if self._cursor is None or self._cursor.description is None:
+            return []
+        return self._cursor.fetchall()
+
+    def fetchone(self) -> tuple | None:
+        if self._cursor is None or self._cursor.description is None:
+            return None
+        return self._cursor.fetchone()
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.fetchall())
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount if self._cursor is not None else 0
+
+
+class PgConnection:
+    """A synchronous PostgreSQL connection used by the write path and the commands, in autocommit mode with
+    explicit transactions, as the SQLite connections are."""
+
+    engine = "postgresql"
+
+    def __init__(self, conn: psycopg.Connection[Any], url: str) -> None:
+        self._conn = conn
+        self.url = url
+
+    @classmethod
+    def open(cls, url: str) -> PgConnection:
+        conn = psycopg.connect(url, **connect_kwargs())
+        configure(conn)
+        return cls(conn, url)
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> PgCursor:
+        statement = sql.strip().rstrip(";").upper()
+        if statement.startswith("PRAGMA"):
+            return PgCursor(None)
+        if statement == "BEGIN IMMEDIATE":
+            self._conn.execute("BEGIN")
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+            return PgCursor(None)
+        return PgCursor(self._conn.execute(translate(sql), tuple(params)))
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> PgCursor:
+        cursor = self._conn.cursor()
+        cursor.executemany(translate(sql), [tuple(row) for row in rows])
+        return PgCursor(cursor)
+
+    def commit(self) -> None:
+        if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self._conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self._conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> PgConnection:
+        return self
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        """As sqlite3's: commit what the block did, or roll it back when it raised; the connection stays open."""
+        if kind is None:
+            self.commit()
+        else:
+            self.rollback()
+
+    @property
+    def raw(self) -> psycopg.Connection[Any]:
+        """The psycopg connection, for the PostgreSQL folder's own statements."""
+        return self._conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE

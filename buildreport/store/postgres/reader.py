@@ -1,0 +1,101 @@
+"""PostgreSQL reads: a pool on the primary and one on each replica.
+
+Range queries (lists, summaries, statistics, exports) go to the replicas in turn, or to the primary when
+there are none. Lookups by key that must see the latest commit (a token, so that a revocation through any
+server is refused at once; one build) and the record of a token's last use go to the primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from buildreport.store import queries
+from buildreport.store.dialect import POSTGRESQL
+from buildreport.store.postgres.connection import configure, connect_kwargs, translate
+from buildreport.store.reader import Reader
+
+log = logging.getLogger("buildreport.store")
+POOL_SIZE = 4  # connections per server process and database
+OPEN_TIMEOUT = 10.0
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    configure(conn)
+
+
+async def _pool(url: str) -> AsyncConnectionPool:
+    pool = AsyncConnectionPool(
+        url, kwargs=connect_kwargs(), configure=_configure, min_size=1, max_size=POOL_SIZE, open=False,
+        timeout=OPEN_TIMEOUT, name="buildreport",
+    )  # fmt: skip
+    await pool.open(wait=True, timeout=OPEN_TIMEOUT)
+    return pool
+
+
+async def _fetch(pool: AsyncConnectionPool, query: queries.Query) -> list[tuple]:
+    sql, params = query
+    async with pool.connection() as conn:
+        cursor = await conn.execute(translate(sql), tuple(params))
+        return await cursor.fetchall() if cursor.description is not None else []
+
+
+class PgReader(Reader):
+    dialect = POSTGRESQL
+
+    def __init__(self, primary: AsyncConnectionPool, replicas: Sequence[AsyncConnectionPool]) -> None:
+        self._primary = primary
+        self._replicas = list(replicas)
+        self._turn = itertools.cycle(self._replicas or [primary])
+        self._pending: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def open(cls, url: str, read_urls: Sequence[str] = ()) -> PgReader:
+        primary = await _pool(url)
+        replicas = []
+        try:
+            for read_url in read_urls:
+                replicas.append(await _pool(read_url))
+        except BaseException:
+            for pool in (primary, *replicas):
+                await pool.close()
+            raise
+        return cls(primary, replicas)
+
+    async def close(self) -> None:
+        if self._pending:
+            await asyncio.wait(self._pending, timeout=5)
+        for pool in (self._primary, *self._replicas):
+            await pool.close()
+
+    async def _rows(self, query: queries.Query) -> list[tuple]:
+        return await _fetch(next(self._turn), query)
+
+    async def _key(self, query: queries.Query) -> list[tuple]:
+        return await _fetch(self._primary, query)
+
+    def data_version(self) -> bytes | None:
+        return None  # other servers write too: tokens are read from the primary on every request
+
+    def file_problem(self) -> str | None:
+        return None
+
+    async def size_bytes(self) -> int:
+        ((size,),) = await self._key(("SELECT pg_database_size(current_database())", []))
+        return int(size)
+
+    def touch_token(self, token_id: str, now_us: int) -> None:
+        task = asyncio.create_task(_fetch(self._primary, queries.touch_token(token_id, now_us)))
+        self._pending.add(task)
+        task.add_done_callback(self._touched)
+
+    def _touched(self, task: asyncio.Task[Any]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not record a token's last use: %s", task.exception())

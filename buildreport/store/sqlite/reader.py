@@ -1,0 +1,143 @@
+"""SQLite reads: one aiosqlite connection for range queries, a plain one for lookups by key."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+from pathlib import Path
+
+import aiosqlite
+
+from buildreport.store import queries
+from buildreport.store.dialect import SQLITE
+from buildreport.store.reader import Reader
+from buildreport.store.sqlite.schema import CONNECTION_PRAGMAS, attach_auth, auth_path, connect_existing, rw_uri
+
+log = logging.getLogger("buildreport.store")
+# The WAL index header (the first 48 bytes of the -shm file) changes with every commit of any process.
+_WAL_INDEX_HEADER = 48
+
+
+async def _connect(path: Path | str) -> aiosqlite.Connection:
+    # mode=rw: a database file that is gone is an error, never a new empty file.
+    conn = await aiosqlite.connect(rw_uri(path), uri=True, isolation_level=None)
+    for pragma in CONNECTION_PRAGMAS:
+        await conn.execute(pragma)
+    return conn
+
+
+def _connect_local(path: Path | str) -> sqlite3.Connection:
+    conn = connect_existing(path)
+    attach_auth(conn, path)
+    return conn
+
+
+def _identity(path: str) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
+class SqliteReader(Reader):
+    """The queries that serve requests.
+
+    Range queries (lists, summaries, usage, logs) run on one aiosqlite connection, off the event loop.
+    Lookups by key (a token, one build) take a few microseconds in SQLite, less than handing them to
+    aiosqlite's thread and back; they run on a plain connection in the event loop's own thread.
+    A third connection, opened on first use, records when tokens were last used.
+    """
+
+    dialect = SQLITE
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path | str) -> None:
+        self._conn = conn
+        self._path = str(path)
+        self._local = _connect_local(path)
+        self._auth_path = str(auth_path(path))
+        # Which files were opened: a file deleted or replaced under the server is told apart by its inode.
+        self._identities = {self._path: _identity(self._path), self._auth_path: _identity(self._auth_path)}
+        self._writer: aiosqlite.Connection | None = None
+        self._shm: dict[str, int] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def open(cls, path: Path | str) -> SqliteReader:
+        return cls(await _connect(path), path)
+
+    async def close(self) -> None:
+        if self._pending:
+            await asyncio.wait(self._pending, timeout=5)
+        if self._writer is not None:
+            await self._writer.close()
+        await self._conn.close()
+        self._local.close()
+        for fd in self._shm.values():
+            os.close(fd)
+
+    def data_version(self) -> bytes | None:
+        """A value that differs after any commit to the database or its tokens file; None when it cannot be told.
+
+        Reading a few bytes of the WAL index costs far less than a query, so data derived from the
+        database (the token cache) can be checked on every request and still see a revocation at once.
+        """
+        headers = []
+        for path in (self._path, self._auth_path):
+            try:
+                if path not in self._shm:
+                    self._shm[path] = os.open(path + "-shm", os.O_RDONLY)
+                header = os.pread(self._shm[path], _WAL_INDEX_HEADER, 0)
+            except OSError:
+                return None
+            if len(header) != _WAL_INDEX_HEADER:
+                return None
+            headers.append(header)
+        return b"".join(headers)
+
+    def file_problem(self) -> str | None:
+        """What is wrong with the files this process reads, when one was deleted or replaced since it opened it."""
+        for path, opened in self._identities.items():
+            try:
+                now = _identity(path)
+            except FileNotFoundError:
+                return f"{path} was deleted while the service ran; restore it and restart the service"
+            except OSError as exc:
+                return f"{path} cannot be checked: {exc.strerror}"
+            if now != opened:
+                return f"{path} was replaced while the service ran; restart the service to read the new file"
+        return None
+
+    async def _rows(self, query: queries.Query) -> list[tuple]:
+        sql, params = query
+        return list(await self._conn.execute_fetchall(sql, params))
+
+    async def _key(self, query: queries.Query) -> list[tuple]:
+        sql, params = query
+        return self._local.execute(sql, params).fetchall()
+
+    async def size_bytes(self) -> int:
+        total = 0
+        for name in (self._path, self._path + "-wal"):
+            with contextlib.suppress(OSError):  # no write-ahead log right now
+                total += Path(name).stat().st_size
+        return total
+
+    def touch_token(self, token_id: str, now_us: int) -> None:
+        """Record a token's last use in the background, on a connection of its own: no request waits for it,
+        not even while an import holds the write lock."""
+        task = asyncio.create_task(self._touch(token_id, now_us))
+        self._pending.add(task)
+        task.add_done_callback(self._touched)
+
+    async def _touch(self, token_id: str, now_us: int) -> None:
+        if self._writer is None:
+            self._writer = await _connect(self._auth_path)
+        sql, params = queries.touch_token(token_id, now_us)
+        await self._writer.execute(sql, params)
+
+    def _touched(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not record a token's last use: %s", task.exception())
+
