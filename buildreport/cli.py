@@ -24,7 +24,7 @@ import msgspec
 from buildreport import __version__, config
 from buildreport.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_RATE_LIMIT, Settings, default_db
 from buildreport.faults import describe_sqlite_error, printable
-from buildreport.store import ENGINE_ERRORS, DatabaseError, describe, open_auth, open_database
+from buildreport.store import ENGINE_ERRORS, DatabaseError, describe, is_postgres, open_auth, open_database
 from buildreport.store import exists as database_exists
 from buildreport.store import remove as remove_database
 from buildreport.times import US_PER_SECOND, format_us, now_us
@@ -120,6 +120,13 @@ def main() -> None:
 # --- serve ---------------------------------------------------------------------------------
 
 
+def _check_read_dbs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        if not is_postgres(value):
+            raise click.BadParameter(f"{printable(value)!r} is not a postgresql:// URL")
+    return tuple(values)
+
+
 def _serve_options(func):  # type: ignore[no-untyped-def]
     options = [
         click.option(
@@ -206,6 +213,15 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             help="Most build records in one POST /builds; more get 400.",
         ),
         click.option(
+            "--read-db",
+            "read_dbs",
+            multiple=True,
+            envvar="BUILDREPORT_READ_DB",
+            callback=_check_read_dbs,
+            help="A PostgreSQL replica to send read-only queries to; repeat for several. Writes and token checks "
+            "go to --db. Env: BUILDREPORT_READ_DB, space-separated.",
+        ),
+        click.option(
             "--metrics-loopback/--no-metrics-loopback",
             default=False,
             show_default=True,
@@ -257,6 +273,9 @@ def _settings(db: str, **kwargs: object) -> Settings:
     if not keys and from_env is not None:
         # Set but empty (or with an empty entry) is a mistake to report, not a reason to generate a key.
         keys = tuple(k.strip() for k in from_env.split(","))
+    if kwargs.get("read_dbs") and not is_postgres(str(db)):
+        raise click.BadParameter(
+            "replicas serve a PostgreSQL --db; a SQLite file is read directly", param_hint="--read-db")
     settings = Settings(db=str(db), secret_keys=keys, **kwargs)  # type: ignore[arg-type]
     _check_tls(settings.tls_cert, settings.tls_key)
     return settings
@@ -401,6 +420,28 @@ def import_command(db: str, files: tuple[Path, ...]) -> None:
     _err(
         f"imported {result.records} builds from {len(files)} file{'s' if len(files) != 1 else ''} "
         f"({stats.created} new, {stats.updated} updated, {stats.unchanged} unchanged) in {result.seconds:.1f}s"
+    )
+
+
+@main.command("migrate")
+@click.option("--from", "source", required=True, help="The SQLite database file to copy.")
+@click.option("--to", "target", required=True, help="An empty PostgreSQL database: postgresql://user@host/dbname.")
+def migrate_command(source: str, target: str) -> None:
+    """Copy a SQLite database (builds, logs, accounts, tokens, signing key) into PostgreSQL and verify it."""
+    from buildreport.store.migrate import migrate
+
+    if not is_postgres(target):
+        raise click.BadParameter("the target is a postgresql:// URL", param_hint="--to")
+    if is_postgres(source):
+        raise click.BadParameter("the source is a SQLite database file", param_hint="--from")
+    _opened_db.append(target)
+    try:
+        copied = migrate(source, target, on_table=lambda table, rows: _err(f"{table}: {rows:,} rows"))
+    except DatabaseError as exc:
+        raise click.ClickException(printable(str(exc))) from exc
+    _err(
+        f"copied {copied['builds']:,} builds of {copied['accounts']:,} accounts and {copied['auth.tokens']:,} tokens"
+        f" to {describe(target)} in {copied['seconds']:.1f}s; counts and totals match"
     )
 
 
@@ -781,7 +822,7 @@ def _tag(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) ->
     envvar="BUILDREPORT_SPOOL",
     help="Spool folder for the records (sent on by `buildreport push`). Env: BUILDREPORT_SPOOL.",
 )
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="Write the records to this database.")
+@click.option("--db", help="Write the records to this database (a SQLite file or a postgresql:// URL).")
 @click.option("--account", type=click.STRING, help="Account of the builds written with --db.")
 @click.option("--tag", "tags", multiple=True, callback=_tag, metavar="KEY=VALUE", help="A tag for every build.")
 @click.option("--cpu-count", type=click.IntRange(1), help="Cores a build gets, as recorded [default: this machine's].")
@@ -790,7 +831,7 @@ def _tag(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) ->
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def record(
-    spool: Path | None, db: Path | None, account: str | None, command: tuple[str, ...], **kwargs: object
+    spool: Path | None, db: str | None, account: str | None, command: tuple[str, ...], **kwargs: object
 ) -> None:
     """Run a Nix build command here (nix-build … or nix build …) and record each build it runs.
 
@@ -832,7 +873,7 @@ def record(
     envvar="BUILDREPORT_SPOOL",
     help="Spool folder for build records (pushed by `buildreport push --follow`). Env: BUILDREPORT_SPOOL.",
 )
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), help="Write builds to this database instead.")
+@click.option("--db", help="Write builds to this database instead (a SQLite file or a postgresql:// URL).")
 @click.option("--account", help="The account builds belong to, with --db.")
 @click.option(
     "--state-dir",

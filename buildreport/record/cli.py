@@ -35,7 +35,7 @@ class UnusableDatabase:
         raise ValueError(self.reason)
 
 
-def _database(db: Path, account: str) -> Callable[[BuildRecord], None]:
+def _database(db: str, account: str) -> Callable[[BuildRecord], None]:
     from buildreport.store import DatabaseError
 
     try:
@@ -46,7 +46,7 @@ def _database(db: Path, account: str) -> Callable[[BuildRecord], None]:
 
 def runner_config(
     spool: Path | None,
-    db: Path | None,
+    db: str | None,
     account: str | None,
     state_dir: Path | None,
     timeout: int | None,
@@ -63,7 +63,11 @@ def runner_config(
     else:
         assert db is not None and account is not None
         sink = _database(db, account)
-        state_dir = state_dir or db.parent / f"{db.name}.runner"
+        if state_dir is None:
+            # Beside a database file; for a database server, in the home of the user the runner runs as.
+            server = str(db).startswith(("postgresql://", "postgres://"))
+            local = Path.home() / "buildreport" if server else Path(db)
+            state_dir = local.parent / f"{local.name}.runner"
     return RunnerConfig(
         sink=sink,
         state_dir=state_dir,
