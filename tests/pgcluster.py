@@ -4,12 +4,14 @@ non-root user, trust authentication for 127.0.0.1 only, a free port, and a fresh
 Nothing outside the folder is configured: the server reads the files `initdb` wrote there and the settings
 given on its command line; its unix socket lives in the folder too. PostgreSQL refuses to run as root, so
 under root the server runs as Debian's `postgres` system user (or `nobody` where there is none).
-The server is the postmaster itself, started without a shell, and stopped by its pid (SIGINT: fast shutdown).
+The server is the postmaster itself, started without a shell, and stopped by its pid (SIGINT: fast shutdown);
+should the test process die first, the kernel stops it the same way (the parent-death signal).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import os
 import pwd
@@ -46,6 +48,17 @@ SETTINGS = {
 # Local connections (the socket in the folder) and TCP from 127.0.0.1 only; anything else has no line, so it
 # is refused.
 HBA = "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the server's child process before exec: should the test process die without stopping the cluster
+    (SIGKILL, a timeout's SIGTERM), the kernel sends the postmaster SIGINT, its fast shutdown. Python runs this
+    after the child dropped root, so the change of ids cannot clear it."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
 
 
 class PostgresMissing(Exception):
@@ -198,7 +211,7 @@ class PgCluster:
         with log.open("ab") as handle:
             process = subprocess.Popen(
                 command, cwd=folder, env=_clean_environment(), stdin=subprocess.DEVNULL, stdout=handle,
-                stderr=subprocess.STDOUT, start_new_session=True, **cls._run_as(user),
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent, **cls._run_as(user),
             )  # fmt: skip
         return cls(bin_dir, folder, user, port, process)
 

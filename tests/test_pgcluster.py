@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -39,6 +41,15 @@ def processes_mentioning(text: str) -> list[int]:
         if text in cmdline:
             found.append(int(entry.name))
     return found
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie has ended; only its parent has yet to collect it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
 
 
 def refuses(host: str, port: int) -> bool:
@@ -173,6 +184,30 @@ def test_a_session_using_the_fixtures_leaves_nothing_behind(tmp_path: Path) -> N
     assert processes_mentioning(seen["folder"]) == []
     assert not Path(seen["folder"]).exists()
     assert refuses(HOST, seen["port"])
+
+
+def test_cluster_stops_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
+    """A test process killed outright (no finalizer runs) still leaves no server behind."""
+    require_postgres()
+    starter = (
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(TESTS)!r})\n"
+        "from pgcluster import PgCluster\n"
+        "cluster = PgCluster.start()\n"
+        "print(cluster.pid, cluster.folder, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    pid_text, folder = done.stdout.split()
+    try:
+        deadline = time.monotonic() + 30
+        while processes_mentioning(folder) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_mentioning(folder) == []
+        assert not running(int(pid_text))  # its new parent (init) may not have collected it yet
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # its own cleanup never ran
 
 
 def make_server_bin(folder: Path) -> Path:
