@@ -23,12 +23,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(RUN_STAMP)
 	$(BIN)/buildreport demo
 
-# Debian packages beside Python: chromium for the browser tests, wrk for the benchmark (apt-get when root).
+# Debian packages beside Python: chromium for the browser tests, postgresql for the PostgreSQL tests (the suite
+# starts its own cluster), wrk for the benchmark (apt-get when root).
 deps:
-	sh .ci/debian_deps.sh chromium nix-bin openssh-server wrk
+	sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql wrk
 
 test: $(STAMP)
-	@sh .ci/debian_deps.sh chromium nix-bin openssh-server
+	@sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql
 	$(BIN)/ruff check buildreport tests
 	$(BIN)/python -m pytest
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from litestar.testing import TestClient
+from pgcluster import PgCluster, require_postgres
 from records import NOW, record, write_jsonl  # noqa: F401 (tests import them from here)
 
 from buildreport.app import create_app
@@ -260,3 +261,22 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         raise RuntimeError(f"demo did not answer within 60s:\n{log.read_text()}")
     yield Demo(server, out.read_text())
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A throwaway PostgreSQL cluster for the whole session (skipped without PostgreSQL; failed under CI=true)."""
+    cluster = PgCluster.start(require_postgres())
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
+    """A fresh, empty database of its own for one test, as `postgresql://postgres@127.0.0.1:PORT/NAME`; dropped
+    afterwards."""
+    name = pg_cluster.create_database()
+    yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
