@@ -128,6 +128,8 @@ def _parse_tags(params: _Params) -> tuple[tuple[str, str], ...]:
             params.fail("tags", f"{shown(item)} is not KEY:VALUE")
         elif not key:
             params.fail("tags", f"{shown(item)} has an empty key")
+        elif "\x00" in item:
+            params.fail("tags", f"{shown(item)} contains the NUL character, which no tag holds")
         else:
             tags[(key, value)] = None
     return tuple(tags)
@@ -190,6 +192,8 @@ def _parse_filter(params: _Params, now_us: int) -> BuildFilter:
     derivation_path = params.single("derivation_path")
     if derivation_path == "":
         params.fail("derivation_path", "must not be empty")
+    elif derivation_path is not None and "\x00" in derivation_path:
+        params.fail("derivation_path", "contains the NUL character, which no store path holds")
     return BuildFilter(
         create_from_us=create_from,
         create_to_us=create_to,
@@ -324,6 +328,8 @@ def _parse_group_by(params: _Params, allowed: tuple[str, ...]) -> GroupBy:
     if text.startswith(TAG_PREFIX):
         if not text[len(TAG_PREFIX) :]:
             params.fail("group_by", f"{text!r} needs a tag key, e.g. tag:project")
+        elif "\x00" in text:
+            params.fail("group_by", f"{shown(text)} contains the NUL character, which no tag key holds")
         return GroupBy("tag", text[len(TAG_PREFIX) :])
     if text not in allowed:
         params.fail("group_by", f"{text!r} is not a grouping; allowed: {', '.join(allowed)}, tag:KEY")

@@ -46,18 +46,22 @@ def _bounded_int(low: int, high: int, description: str) -> Any:
     return Annotated[int, msgspec.Meta(ge=low, le=high, description=description)]
 
 
-def _bounded_str(high: int, description: str, low: int = 0) -> Any:
-    return Annotated[str, msgspec.Meta(min_length=low, max_length=high, description=description)]
+# Text that is kept in its own column (tags, store paths, source ids) never holds NUL: no database takes it there.
+NO_NUL = "^[^\x00]*$"
+
+
+def _bounded_str(high: int, description: str, low: int = 0, *, pattern: str | None = None) -> Any:
+    return Annotated[str, msgspec.Meta(min_length=low, max_length=high, pattern=pattern, description=description)]
 
 
 Seconds = Annotated[
     float, msgspec.Meta(ge=0, le=MAX_DURATION_SECONDS, description=f"Seconds, 0 to {MAX_DURATION_SECONDS} (ten years).")
 ]
-TagKey = _bounded_str(MAX_TAG_KEY_LENGTH, "Tag name (after `SERVICE_TAG_`).", low=1)
-TagValue = _bounded_str(MAX_TAG_VALUE_LENGTH, "Tag value.")
+TagKey = _bounded_str(MAX_TAG_KEY_LENGTH, "Tag name (after `SERVICE_TAG_`).", low=1, pattern=NO_NUL)
+TagValue = _bounded_str(MAX_TAG_VALUE_LENGTH, "Tag value.", pattern=NO_NUL)
 Tags = Annotated[dict[TagKey, TagValue], msgspec.Meta(max_length=MAX_TAGS, description=f"At most {MAX_TAGS} tags.")]
 OutputName = _bounded_str(MAX_NAME_LENGTH, "Output name, e.g. `out`.", low=1)
-StorePath = _bounded_str(MAX_PATH_LENGTH, "A Nix store path.", low=1)
+StorePath = _bounded_str(MAX_PATH_LENGTH, "A Nix store path.", low=1, pattern=NO_NUL)
 NarHash = _bounded_str(MAX_NAME_LENGTH, "Hash of the NAR serialisation.")
 NarSize = _bounded_int(0, MAX_NAR_SIZE_BYTES, "Size of the NAR serialisation, up to 16 TiB.")
 StatusMessage = _bounded_str(MAX_MESSAGE_LENGTH, "Why the build ended as it did.")
@@ -211,6 +215,7 @@ SourceId = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=200,
+        pattern=NO_NUL,
         description="The sender's own id of a build, unique within the account, e.g. `runner-3:8f14e45f`.",
     ),
 ]

@@ -8,6 +8,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,21 +23,64 @@ from records import NOW, record, write_jsonl  # noqa: F401 (tests import them fr
 from buildreport.app import create_app
 from buildreport.config import Settings
 from buildreport.ingest import import_files
+from buildreport.store import is_postgres, open_auth, open_database
 from buildreport.store.admin import insert_token
-from buildreport.store.sqlite.schema import open_auth, open_database
 from buildreport.times import US_PER_DAY, to_us
 from buildreport.tokens import new_token
 
 TEST_KEY = "test-signing-key-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
-class Env:
-    """A database file with helpers to fill it and to mint tokens."""
+# Every test that takes a database runs on each engine.
+ENGINES = ("sqlite", "postgresql")
 
-    def __init__(self, tmp: Path) -> None:
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests of the SQLite engine's own behaviour run on SQLite alone."""
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        on_postgres = "postgresql" in params.values() or params.get("engine") == "postgresql"
+        (dropped if on_postgres and item.get_closest_marker("sqlite_only") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def new_database(request: pytest.FixtureRequest, engine: str, folder: Path, name: str = "test.db") -> Any:
+    """A new, empty database of the engine: a file path in `folder`, or a PostgreSQL database of its own
+    (dropped when the requesting fixture ends)."""
+    if engine == "sqlite":
+        return folder / name
+    cluster = request.getfixturevalue("pg_cluster")
+    dbname = cluster.create_database()
+    request.addfinalizer(lambda: cluster.drop_database(dbname))
+    return cluster.url(dbname)
+
+
+def query(db: Any, sql: str, params: tuple = (), *, tokens: bool = False) -> list[tuple]:
+    """Rows of one statement (`?` placeholders) on either engine, committed: a look into the database as an
+    operator takes it. `tokens` for the tokens, which SQLite keeps in a file of their own."""
+    conn = open_auth(str(db)) if tokens else open_database(str(db))
+    try:
+        with conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [tuple(row) for row in rows]
+    finally:
+        conn.close()
+
+
+class Env:
+    """A database (a file, or a PostgreSQL database) with helpers to fill it and to mint tokens."""
+
+    def __init__(self, tmp: Path, db: Any = None) -> None:
         self.tmp = tmp
-        self.db = tmp / "test.db"
+        self.db = db if db is not None else tmp / "test.db"
         self._files = 0
+
+    @property
+    def engine(self) -> str:
+        return "postgresql" if is_postgres(str(self.db)) else "sqlite"
 
     def load(self, records: list[dict[str, Any]]) -> None:
         self._files += 1
@@ -88,9 +132,14 @@ class Env:
         return TestClient(create_app(self.settings(**overrides)), base_url="http://testserver.local")
 
 
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture
-def env(tmp_path: Path) -> Env:
-    return Env(tmp_path)
+def env(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Env:
+    return Env(tmp_path, new_database(request, engine, tmp_path))
 
 
 def auth(secret: str) -> dict[str, str]:
@@ -176,7 +225,8 @@ def start_server(
 ) -> Server:
     """`buildreport serve` on a free port (or the one given) of 127.0.0.1, once /healthz (under `prefix`) answers."""
     port = port or free_port()
-    log = db.parent / f"server-{port}.log"
+    log = (Path(tempfile.mkdtemp(prefix="buildreport-server-")) if is_postgres(str(db)) else Path(db).parent)
+    log = log / f"server-{port}.log"
     command = [
         *buildreport_command(),
         "serve",

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import auth, record, write_jsonl
+from conftest import auth, query, record, write_jsonl
 
 from buildreport.cli import main
-from buildreport.store.sqlite.schema import SCHEMA_VERSION, auth_path
+from buildreport.store.postgres.schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from buildreport.store.sqlite.schema import SCHEMA_VERSION
 
 
 def run(*args: str, expect: int = 0):
@@ -50,8 +51,7 @@ def test_revoked_token_is_refused_at_once(env):
 
 def test_token_expiry_option(env):
     run("token", "create", "--db", str(env.db), "--account", "acme", "--expires-in", "2h")
-    conn = sqlite3.connect(auth_path(env.db))
-    created, expires = conn.execute("SELECT created_us, expires_us FROM tokens").fetchone()
+    ((created, expires),) = query(env.db, "SELECT created_us, expires_us FROM tokens", tokens=True)
     assert expires - created == 2 * 3600 * 1_000_000
 
 
@@ -80,7 +80,7 @@ def test_import_reports_every_bad_record_and_exits_non_zero(env, tmp_path):
     assert lines[0].startswith(f"{path}:2: cpu_count: expected `int`, got `str`")
     assert lines[1].startswith(f"{path}:3: ")
     assert "nothing was imported" in result.stderr
-    assert sqlite3.connect(env.db).execute("SELECT count(*) FROM builds").fetchone() == (0,)
+    assert query(env.db, "SELECT count(*) FROM builds") == [(0,)]
 
 
 def test_import_closing_line_counts_builds(env, tmp_path):
@@ -115,9 +115,12 @@ def test_another_applications_database_is_refused(tmp_path):
 
 def test_a_newer_schema_is_refused(env):
     run("token", "list", "--db", str(env.db))
-    conn = sqlite3.connect(env.db)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    conn.close()
+    if env.engine == "sqlite":
+        conn = sqlite3.connect(env.db)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        conn.close()
+    else:
+        query(env.db, "UPDATE buildreport_schema SET version = ?", (PG_SCHEMA_VERSION + 1,))
     result = run("token", "list", "--db", str(env.db), expect=1)
     assert "newer than this buildreport understands" in result.stderr
 
@@ -130,7 +133,7 @@ def test_a_database_in_a_missing_directory_is_refused(tmp_path):
 def test_db_defaults_to_the_environment_variable(env, monkeypatch):
     monkeypatch.setenv("BUILDREPORT_DB", str(env.db))
     run("token", "create", "--account", "acme")
-    assert sqlite3.connect(auth_path(env.db)).execute("SELECT count(*) FROM tokens").fetchone() == (1,)
+    assert query(env.db, "SELECT count(*) FROM tokens", tokens=True) == [(1,)]
 
 
 def test_sample_command_with_its_defaults_reproduces_the_committed_sample(tmp_path):
@@ -151,7 +154,7 @@ def test_token_list_shows_when_a_token_was_last_used(env):
     with env.client() as client:
         assert client.get("/builds", headers=auth(secret)).status_code == 200
         deadline = time.monotonic() + 5
-        while sqlite3.connect(auth_path(env.db)).execute("SELECT last_used_us FROM tokens").fetchone() == (None,):
+        while query(env.db, "SELECT last_used_us FROM tokens", tokens=True) == [(None,)]:
             assert time.monotonic() < deadline, "last use was never recorded"
             time.sleep(0.05)
     row = run("token", "list", "--db", str(env.db)).stdout.splitlines()[1]

@@ -19,7 +19,7 @@ from buildreport.cli import sample_data_path
 from buildreport.demo import prepare_demo
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkSigner
 from buildreport.stats import derivation_name
-from buildreport.store.sqlite.schema import open_database
+from buildreport.store import open_database
 from buildreport.times import US_PER_SECOND, now_us
 
 SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot-dashboard.png"

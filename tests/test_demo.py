@@ -16,7 +16,7 @@ from conftest import buildreport_command, free_port
 from buildreport import cli
 from buildreport.config import Settings
 from buildreport.demo import prepare_demo
-from buildreport.store.sqlite.schema import open_database
+from buildreport.store import open_database
 from buildreport.times import now_us
 
 

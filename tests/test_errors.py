@@ -4,13 +4,12 @@ health and the OpenAPI document."""
 from __future__ import annotations
 
 import base64
-import sqlite3
 import time
 from datetime import timedelta
 
 import msgspec
 import pytest
-from conftest import NOW, Env, auth, record
+from conftest import NOW, Env, auth, query, record
 
 from buildreport.docs import STREAMED
 from buildreport.filters import Cursor
@@ -260,13 +259,10 @@ def test_revocation_takes_effect_at_once(env):
     secret = env.token()
     with env.client() as client:
         assert client.get("/builds/1", headers=auth(secret)).status_code == 200
-        from buildreport.store.sqlite.schema import open_auth
         from buildreport.tokens import digest
 
-        conn = open_auth(env.db)
-        with conn:
-            conn.execute("UPDATE tokens SET revoked_us = ? WHERE digest = ?", (int(time.time() * 1e6), digest(secret)))
-        conn.close()
+        revoke = "UPDATE tokens SET revoked_us = ? WHERE digest = ?"
+        query(env.db, revoke, (int(time.time() * 1e6), digest(secret)), tokens=True)
         response = client.get("/builds/1", headers=auth(secret))
     assert_problem(response, 401)
     assert 'error="invalid_token"' in response.headers["www-authenticate"]
@@ -673,11 +669,8 @@ def test_unreadable_database_is_503_without_sql_in_the_body(env):
     secret = env.token()
     with env.client() as client:
         assert client.get("/builds/1", headers=auth(secret)).status_code == 200
-        conn = sqlite3.connect(env.db)
-        for table in ("builds", "hourly_totals", "daily_usage"):
-            conn.execute(f"DROP TABLE {table}")
-        conn.commit()
-        conn.close()
+        for table in ("build_logs", "builds", "hourly_totals", "daily_usage"):
+            query(env.db, f"DROP TABLE {table}")
         for path in ("/builds", "/builds/1", "/builds/summary", "/usage"):
             response = client.get(path, headers=auth(secret))
             body = assert_problem(response, 503)

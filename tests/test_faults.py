@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import auth, buildreport_command, record, write_jsonl
+from conftest import auth, buildreport_command, query, record, write_jsonl
 
 from buildreport.cli import main
 from buildreport.config import secret_path
@@ -40,11 +40,7 @@ def assert_one_clear_line(result, *needles: str) -> None:
 
 
 def count(db: Path, table: str = "builds") -> int:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-    finally:
-        conn.close()
+    return query(db, f"SELECT count(*) FROM {table}")[0][0]
 
 
 def with_pragma(monkeypatch, *pragmas: str) -> None:
@@ -59,6 +55,7 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
+@pytest.mark.sqlite_only
 def test_database_tokens_and_secret_files_are_created_private(env):
     old = os.umask(0o022)
     try:
@@ -89,6 +86,7 @@ def big_import(env, builds: int, name: str = "big.jsonl") -> Path:
     return write_jsonl(env.tmp / name, [record(i, log=log) for i in range(1, builds + 1)])
 
 
+@pytest.mark.sqlite_only
 def test_import_on_a_full_disk_is_one_line_and_changes_nothing(env, monkeypatch):
     env.load([record(1)])
     with_pragma(monkeypatch, "PRAGMA max_page_count = 64")  # the file may not grow past 64 pages: a full disk
@@ -118,6 +116,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
+@pytest.mark.sqlite_only
 def test_import_on_a_really_full_disk_is_one_line(env, small_disk):
     db = small_disk / "b.db"
     assert invoke("token", "list", "--db", str(db)).exit_code == 0
@@ -133,6 +132,7 @@ def test_import_on_a_really_full_disk_is_one_line(env, small_disk):
     assert count(db) == 0
 
 
+@pytest.mark.sqlite_only
 def test_import_into_a_read_only_database_is_one_line(env, monkeypatch):
     env.load([record(1)])
     with_pragma(monkeypatch, "PRAGMA query_only = 1")  # what SQLite answers for a file it may not write
@@ -142,6 +142,7 @@ def test_import_into_a_read_only_database_is_one_line(env, monkeypatch):
     assert count(env.db) == 1
 
 
+@pytest.mark.sqlite_only
 def test_import_into_a_read_only_file_is_one_line(env, tmp_path):
     env.load([record(1)])
     data = write_jsonl(env.tmp / "one.jsonl", [record(2)])
@@ -170,6 +171,7 @@ def test_import_into_a_read_only_file_is_one_line(env, tmp_path):
     assert "read-only" in result.stderr or "cannot write" in result.stderr or "cannot be opened" in result.stderr
 
 
+@pytest.mark.sqlite_only
 def test_import_waiting_on_another_writer_says_another_process_is_writing(env, monkeypatch):
     env.load([record(1)])
     with_pragma(monkeypatch, "PRAGMA busy_timeout = 200")
@@ -183,6 +185,7 @@ def test_import_waiting_on_another_writer_says_another_process_is_writing(env, m
     assert_one_clear_line(result, "another process", "is writing")
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("command", [["token", "create", "--account", "acme"], ["token", "revoke", "tok_x"]])
 def test_token_commands_waiting_on_another_writer_say_so(env, monkeypatch, command):
     env.token()
@@ -197,6 +200,7 @@ def test_token_commands_waiting_on_another_writer_say_so(env, monkeypatch, comma
     assert_one_clear_line(result, "another process")
 
 
+@pytest.mark.sqlite_only
 def test_tokens_are_created_and_revoked_at_once_while_the_builds_are_locked(env):
     env.load([record(1)])
     holder = sqlite3.connect(env.db, isolation_level=None)
@@ -226,6 +230,7 @@ def _holds_write_lock(db: Path) -> bool:
         probe.close()
 
 
+@pytest.mark.sqlite_only
 def test_a_token_is_revoked_and_created_within_a_second_during_a_real_import(env):
     env.load([record(1)])
     secret = env.token()
@@ -265,12 +270,9 @@ def test_a_token_is_revoked_and_created_within_a_second_during_a_real_import(env
 
 
 def damage_log(db: Path, build_id: int) -> None:
-    conn = sqlite3.connect(db)
-    (blob,) = conn.execute("SELECT zlib FROM build_logs WHERE build_id = ?", (build_id,)).fetchone()
+    ((blob,),) = query(db, "SELECT zlib FROM build_logs WHERE build_id = ?", (build_id,))
     damaged = blob[:2] + bytes(b ^ 0x5A for b in blob[2:])
-    conn.execute("UPDATE build_logs SET zlib = ? WHERE build_id = ?", (damaged, build_id))
-    conn.commit()
-    conn.close()
+    query(db, "UPDATE build_logs SET zlib = ? WHERE build_id = ?", (damaged, build_id))
 
 
 def test_a_damaged_log_leaves_the_page_readable_and_the_raw_log_503(env):
@@ -293,10 +295,8 @@ def test_a_damaged_log_leaves_the_page_readable_and_the_raw_log_503(env):
 
 def test_a_truncated_log_is_refused_before_the_first_byte(env):
     env.load([record(1, log="x" * 100_000 + "\n")])
-    conn = sqlite3.connect(env.db)
-    conn.execute("UPDATE build_logs SET zlib = substr(zlib, 1, length(zlib) - 8)")
-    conn.commit()
-    conn.close()
+    ((blob,),) = query(env.db, "SELECT zlib FROM build_logs")
+    query(env.db, "UPDATE build_logs SET zlib = ?", (blob[:-8],))
     secret = env.token()
     with env.client() as client:
         url = client.get("/builds/1/url", headers=auth(secret)).json()["url"].removeprefix("http://testserver.local")
@@ -306,6 +306,7 @@ def test_a_truncated_log_is_refused_before_the_first_byte(env):
 # --- the database deleted or replaced under the server --------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_healthz_says_when_the_database_was_deleted_and_nothing_is_recreated(env):
     env.load([record(1)])
     secret = env.token()
@@ -319,6 +320,7 @@ def test_healthz_says_when_the_database_was_deleted_and_nothing_is_recreated(env
         assert not env.db.exists()
 
 
+@pytest.mark.sqlite_only
 def test_healthz_says_when_the_database_was_replaced(env):
     env.load([record(1)])
     with env.client() as client:
@@ -331,6 +333,7 @@ def test_healthz_says_when_the_database_was_replaced(env):
         assert "replaced" in response.json()["status"]
 
 
+@pytest.mark.sqlite_only
 def test_a_missing_database_is_not_created_by_the_app(env):
     from buildreport.app import create_app
     from buildreport.store.sqlite.schema import DatabaseError
@@ -342,12 +345,10 @@ def test_a_missing_database_is_not_created_by_the_app(env):
 
 def test_a_stored_build_outside_todays_ranges_is_a_503_page_and_still_reimports(env):
     env.load([record(1, tags={"a": "1"}), record(2, restart_of_build_id=3)])
-    conn = sqlite3.connect(env.db)  # as an older version, without the ranges, could have stored it
-    (body,) = conn.execute("SELECT body FROM builds WHERE build_id = 1").fetchone()
-    conn.execute("UPDATE builds SET body = ? WHERE build_id IN (1, 2)",
-                 (body.replace(b'"cpu_seconds":120', b'"cpu_seconds":4611686018427387904'),))
-    conn.commit()
-    conn.close()
+    # As an older version, without the ranges, could have stored it.
+    ((body,),) = query(env.db, "SELECT body FROM builds WHERE build_id = 1")
+    query(env.db, "UPDATE builds SET body = ? WHERE build_id IN (1, 2)",
+          (body.replace(b'"cpu_seconds":120', b'"cpu_seconds":4611686018427387904'),))
     secret = env.token()
     with env.client() as client:
         url = client.get("/builds/1/url", headers=auth(secret)).json()["url"].removeprefix("http://testserver.local")
@@ -357,6 +358,7 @@ def test_a_stored_build_outside_todays_ranges_is_a_503_page_and_still_reimports(
     assert count(env.db, "build_tags") == 1
 
 
+@pytest.mark.sqlite_only
 def test_every_worker_reports_a_deleted_database(env, serve):
     import httpx
 
@@ -372,6 +374,7 @@ def test_every_worker_reports_a_deleted_database(env, serve):
 # --- tokens move out of a database made before they had a file of their own ------------------------
 
 
+@pytest.mark.sqlite_only
 def test_tokens_of_an_older_database_move_to_the_tokens_file(env):
     from buildreport.store.sqlite.schema import APPLICATION_ID, MIGRATIONS, open_database
 

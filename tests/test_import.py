@@ -14,7 +14,7 @@ from conftest import NOW, record, write_jsonl
 
 from buildreport.ingest import ImportFailed, import_files
 from buildreport.models import Build
-from buildreport.store.sqlite.schema import open_database
+from buildreport.store import open_database
 from buildreport.times import to_us
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import msgspec
 import pytest
 from click.testing import CliRunner
-from conftest import auth, record, write_jsonl
+from conftest import auth, query, record, write_jsonl
 
 from buildreport.cli import main
 from buildreport.models import (
@@ -31,7 +30,7 @@ def import_cli(db, *files):
 
 
 def count_builds(db) -> int:
-    return sqlite3.connect(db).execute("SELECT count(*) FROM builds").fetchone()[0]
+    return query(db, "SELECT count(*) FROM builds")[0][0]
 
 
 def output(size: int, name: str = "out") -> dict:

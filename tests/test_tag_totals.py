@@ -17,9 +17,8 @@ from test_totals import ORIGIN, build_strategy, to_record, to_write_record, writ
 from buildreport.filters import BuildFilter
 from buildreport.ingest import import_files
 from buildreport.models import BuildStatus
-from buildreport.store import queries, tag_totals
+from buildreport.store import open_database, queries, tag_totals
 from buildreport.store.reader import merge_summary_rows
-from buildreport.store.sqlite.schema import open_database
 from buildreport.times import to_us
 
 KEYS = ("project", "run")

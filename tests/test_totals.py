@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 from buildreport.filters import BuildFilter
 from buildreport.ingest import ImportFailed, import_files
 from buildreport.models import BuildStatus
-from buildreport.store import queries
+from buildreport.store import open_database, queries
 from buildreport.store.reader import merge_summary_rows
-from buildreport.store.sqlite.schema import open_database
 from buildreport.store.totals import FULL_RECOMPUTE_THRESHOLD, US_PER_DAY, US_PER_HOUR
 from buildreport.times import to_us
 

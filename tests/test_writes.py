@@ -11,7 +11,7 @@ import pytest
 from conftest import record
 
 from buildreport.models import BuildRecord
-from buildreport.store.sqlite.schema import open_database
+from buildreport.store import open_database
 from buildreport.store.writes import WriteConflicts, write_records
 
 

@@ -300,6 +300,8 @@ class BuildWriter:
         return self._accounts[name]
 
     def _existing(self, ids: Sequence[int]) -> dict[int, _Existing]:
+        if not ids:
+            return {}
         marks = ",".join("?" * len(ids))
         rows = self._conn.execute(
             "SELECT build_id, account_id, create_us, stop_us, restart_of_build_id, restarted_as_build_id, body,"
