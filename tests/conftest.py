@@ -138,6 +138,13 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def fresh_db(request: pytest.FixtureRequest, engine: str) -> Callable[[Path], Any]:
+    """A new, empty database of the engine at each call: property tests take one an example."""
+    made = iter(range(1_000_000))
+    return lambda folder: new_database(request, engine, folder, f"t{next(made)}.db")
+
+
+@pytest.fixture
 def env(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Env:
     return Env(tmp_path, new_database(request, engine, tmp_path))
 

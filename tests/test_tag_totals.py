@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from conftest import write_jsonl
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_totals import ORIGIN, build_strategy, to_record, to_write_record, write_strategy
+from test_totals import ORIGIN, SLOW_AND_FIXTURE, build_strategy, to_record, to_write_record, write_strategy
 
 from buildreport.filters import BuildFilter
 from buildreport.ingest import import_files
@@ -95,17 +95,17 @@ def to_filter(window: dict) -> BuildFilter:
     )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=SLOW_AND_FIXTURE)
 @given(
     batches=st.lists(st.lists(tagged_build, min_size=1, max_size=15), min_size=1, max_size=4),
     promote_at=st.integers(1, 6),
     track_limit=st.sampled_from([2, 20_000]),
     windows=st.lists(window_strategy, min_size=1, max_size=8),
 )
-def test_tag_totals_and_summaries_stay_exact_after_any_imports(batches, promote_at, track_limit, windows):
+def test_tag_totals_and_summaries_stay_exact_after_any_imports(fresh_db, batches, promote_at, track_limit, windows):
     thresholds = {"PROMOTE_AT": promote_at, "TRACK_LIMIT": track_limit}
     with patched(**thresholds), tempfile.TemporaryDirectory() as tmp:
-        conn = open_database(Path(tmp) / "t.db")
+        conn = open_database(fresh_db(Path(tmp)))
         for number, batch in enumerate(batches):
             unique = {spec["build_id"]: {**to_record(spec), "tags": tags} for spec, tags in batch}
             path = write_jsonl(Path(tmp) / f"{number}.jsonl", list(unique.values()))
@@ -116,17 +116,17 @@ def test_tag_totals_and_summaries_stay_exact_after_any_imports(batches, promote_
         conn.close()
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=SLOW_AND_FIXTURE)
 @given(
     requests=st.lists(st.lists(st.tuples(write_strategy, tags_strategy), min_size=1, max_size=12), max_size=4),
     promote_at=st.integers(1, 4),
     windows=st.lists(window_strategy, min_size=1, max_size=6),
 )
-def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(requests, promote_at, windows):
+def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(fresh_db, requests, promote_at, windows):
     from conftest import Env, auth
 
     with patched(PROMOTE_AT=promote_at), tempfile.TemporaryDirectory() as tmp:
-        env = Env(Path(tmp))
+        env = Env(Path(tmp), fresh_db(Path(tmp)))
         tokens = {name: env.token(name, ("build:write",)) for name in ("acme", "globex")}
         with env.client() as client:
             for batch in requests:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import record, write_jsonl
+from conftest import ENGINES, new_database, record, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +21,8 @@ from buildreport.store.totals import FULL_RECOMPUTE_THRESHOLD, US_PER_DAY, US_PE
 from buildreport.times import to_us
 
 ORIGIN = datetime(2026, 10, 1, tzinfo=UTC)
+# Each example takes a new database of its own from the `fresh_db` factory, never shared state.
+SLOW_AND_FIXTURE = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 ACCOUNT_OF = ("acme", "globex")
 FINISHED = [s.value for s in BuildStatus if s.value not in ("pending", "running")]
 
@@ -75,12 +77,11 @@ def to_record(spec: dict) -> dict:
     )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=SLOW_AND_FIXTURE)
 @given(batches=st.lists(st.lists(build_strategy, min_size=1, max_size=15), min_size=1, max_size=4))
-def test_totals_equal_a_fresh_computation_after_any_imports(batches):
+def test_totals_equal_a_fresh_computation_after_any_imports(fresh_db, batches):
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "t.db"
-        conn = open_database(db)
+        conn = open_database(fresh_db(Path(tmp)))
         for number, batch in enumerate(batches):
             unique = {spec["build_id"]: spec for spec in batch}  # one record per build id and import
             path = write_jsonl(Path(tmp) / f"{number}.jsonl", [to_record(spec) for spec in unique.values()])
@@ -100,13 +101,13 @@ def test_totals_equal_a_fresh_computation_after_any_imports(batches):
         conn.close()
 
 
-def test_totals_of_a_large_import_are_computed_in_one_pass(tmp_path):
+def test_totals_of_a_large_import_are_computed_in_one_pass(fresh_db, tmp_path):
     hours = FULL_RECOMPUTE_THRESHOLD + 50
     records = [
         record(i + 1, create_time=ORIGIN + timedelta(hours=i), cpu_seconds=i, build_status=FINISHED[i % len(FINISHED)])
         for i in range(hours)
     ]
-    conn = open_database(tmp_path / "t.db")
+    conn = open_database(fresh_db(tmp_path))
     import_files(conn, [write_jsonl(tmp_path / "big.jsonl", records)], 0)
     hourly, daily, usage = stored_totals(conn)
     assert len(hourly) == hours
@@ -133,10 +134,10 @@ SUMMARY_RECORDS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def summary_db(tmp_path_factory):
+@pytest.fixture(scope="module", params=ENGINES)
+def summary_db(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("summary")
-    conn = open_database(tmp / "t.db")
+    conn = open_database(new_database(request, request.param, tmp))
     import_files(conn, [write_jsonl(tmp / "s.jsonl", SUMMARY_RECORDS)], 0)
     yield conn
     conn.close()
@@ -188,13 +189,13 @@ def to_write_record(spec: dict) -> dict:
     return body
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=SLOW_AND_FIXTURE)
 @given(requests=st.lists(st.lists(write_strategy, min_size=1, max_size=12), min_size=1, max_size=4))
-def test_totals_equal_a_fresh_computation_after_any_http_writes(requests):
+def test_totals_equal_a_fresh_computation_after_any_http_writes(fresh_db, requests):
     from conftest import Env, auth
 
     with tempfile.TemporaryDirectory() as tmp:
-        env = Env(Path(tmp))
+        env = Env(Path(tmp), fresh_db(Path(tmp)))
         tokens = {name: env.token(name, ("build:write",)) for name in ("acme", "globex")}
         with env.client() as client:
             for batch in requests:

@@ -1,0 +1,94 @@
+"""PostgreSQL as the shared database of several servers: what one writes the others read, a revocation holds
+everywhere at once, links open on any of them, and servers starting together migrate once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from conftest import Env, auth, query, record
+
+from buildreport.cli import main
+from buildreport.store.postgres.schema import SCHEMA_VERSION
+
+
+@pytest.fixture
+def pg_env(pg_url, tmp_path):
+    return Env(tmp_path, pg_url)
+
+
+def cli(*args: str, expect: int = 0) -> str:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == expect, (result.stdout, result.stderr)
+    return result.stdout + result.stderr
+
+
+@pytest.fixture
+def two_servers(pg_env, serve):
+    pg_env.load([record(1)])
+    return serve(pg_env.db), serve(pg_env.db)
+
+
+def test_a_build_written_through_one_server_is_read_through_the_other(pg_env, two_servers):
+    first, second = two_servers
+    writer = pg_env.token(scopes=("build:read", "build:write"))
+    body = {k: v for k, v in record(2).items() if k not in ("account", "build_id")} | {"source_id": "ci:2"}
+    written = httpx.post(first.url + "/builds", json=[body], headers=auth(writer), timeout=10)
+    assert written.status_code == 200, written.text
+    (build_id,) = written.json()["build_ids"]
+    read = httpx.get(f"{second.url}/builds/{build_id}", headers=auth(writer), timeout=10)
+    assert read.status_code == 200
+    assert read.json()["build_id"] == build_id
+    summary = httpx.get(second.url + "/builds/summary?create_time_from=2000-01-01", headers=auth(writer), timeout=10)
+    assert summary.json()["build_count"] == 2
+
+
+def test_a_token_revoked_through_one_is_refused_by_every_server_at_once(pg_env, two_servers):
+    first, second = two_servers
+    secret = cli("token", "create", "--db", pg_env.db, "--account", "acme").splitlines()[0]
+    for server in (first, second):
+        assert httpx.get(server.url + "/builds/1", headers=auth(secret), timeout=10).status_code == 200
+    ((token_id,),) = query(pg_env.db, "SELECT token_id FROM tokens", tokens=True)
+    cli("token", "revoke", "--db", pg_env.db, token_id)
+    for server in (first, second):
+        refused = httpx.get(server.url + "/builds/1", headers=auth(secret), timeout=10)
+        assert refused.status_code == 401
+        assert 'error="invalid_token"' in refused.headers["www-authenticate"]
+
+
+def test_a_link_issued_by_one_server_opens_on_the_other(pg_env, two_servers):
+    first, second = two_servers
+    secret = pg_env.token()
+    link = httpx.get(first.url + "/builds/1/url", headers=auth(secret), timeout=10).json()["url"]
+    path = link.split("/b/", 1)[1]
+    assert httpx.get(f"{second.url}/b/{path}", timeout=10).status_code == 200
+
+
+def test_servers_starting_together_migrate_the_database_once(pg_env):
+    def start() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "buildreport", "token", "list", "--db", pg_env.db]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(lambda _: start(), range(6)))
+    assert all(result.returncode == 0 for result in results), [r.stderr for r in results]
+    assert query(pg_env.db, "SELECT version FROM buildreport_schema") == [(SCHEMA_VERSION,)]
+
+
+def test_a_database_of_another_application_is_refused(pg_env):
+    import psycopg
+
+    with psycopg.connect(pg_env.db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE things (x integer)")
+    out = cli("token", "list", "--db", pg_env.db, expect=1)
+    assert "tables of another application" in out and "Traceback" not in out
+
+
+def test_an_unreachable_server_is_one_clear_line(pg_env):
+    url = pg_env.db.rsplit("/", 1)[0].rsplit(":", 1)[0] + ":1/nowhere"
+    out = cli("token", "list", "--db", url, expect=1)
+    assert out.startswith("Error: cannot use postgresql://") and "Traceback" not in out
