@@ -241,10 +241,9 @@ async def dashboard_page(
     account = claims.account_id
     kind = "hour" if query.window == "24h" else "day"
     window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], tags=query.tags)
-    # Durations to the microsecond (the page shows seconds) and no queue times: no build's JSON is read.
-    period_rows = await reader.stats_rows(account, window, GroupBy(kind), exact=False)
+    period_rows = await reader.stats_rows(account, window, GroupBy(kind))
     periods = build_stats(period_rows, StatsQuery(window, GroupBy(kind), end_us=now))
-    by_path = await reader.stats_rows(account, window, GroupBy("derivation_path"), exact=False)
+    by_path = await reader.stats_rows(account, window, GroupBy("derivation_path"), newest=True)
     by_name = groups_with_newest(by_path, window, "derivation", now)
     by_path_groups = groups_with_newest(by_path, window, "derivation_path", now)
     month = month_start_us(now)

@@ -34,6 +34,7 @@ _KIND = {
     **{s.value: "running" for s in UNFINISHED},
 }
 _BILLABLE = frozenset(s.value for s in BILLABLE)
+_KINDS = ("successful", "failed", "discarded", "running")
 
 
 def nearest_rank(ordered: Sequence[float], percent: int) -> float:
@@ -67,7 +68,9 @@ def period_key(kind: str, start_us: int) -> str:
     return from_us(start_us).date().isoformat() if kind == "day" else format_us(start_us)
 
 
-_NUMBERS = msgspec.json.Decoder(list[float])
+# The figures of a row of stats_queries.stats_rows: of one status, or of every kind of build.
+_BY_STATUS = msgspec.json.Decoder(tuple[int, int, list[float], list[float]])
+_BY_KIND = msgspec.json.Decoder(tuple[int, int, int, int, int, int, list[float], list[float]])
 
 
 class Newest(NamedTuple):
@@ -79,34 +82,44 @@ class Newest(NamedTuple):
     value: Any  # the grouping value of its row, e.g. the derivation path
 
 
+def _mark(text: str | None, value: Any) -> Newest | None:
+    """A row's `create_us build_id status`, as a Newest of the row's value."""
+    if text is None:
+        return None
+    create_us, build_id, status = text.split()
+    return Newest(int(create_us), int(build_id), status, value)
+
+
+def _later(a: Newest | None, b: Newest | None) -> Newest | None:
+    if a is None or (b is not None and (b.create_us, b.build_id) > (a.create_us, a.build_id)):
+        return b
+    return a
+
+
 class _Group:
-    """One group's sums, filled from its rows (one per status and grouping value)."""
+    """One group's sums, filled from its rows."""
 
     __slots__ = ("billable_cpu", "counts", "cpu", "durations", "newest", "newest_failed", "queues")
 
     def __init__(self) -> None:
-        self.counts = {"successful": 0, "failed": 0, "discarded": 0, "running": 0}
+        self.counts = dict.fromkeys(_KINDS, 0)
         self.cpu = 0
         self.billable_cpu = 0
         self.durations: list[float] = []
         self.queues: list[float] = []
-        self.newest: tuple[str, Any, str] | None = None
-        self.newest_failed: tuple[str, Any, str] | None = None
+        self.newest: Newest | None = None
+        self.newest_failed: Newest | None = None
 
-    def add(self, value: Any, status: str, builds: int, cpu: int, durations: str, queues: str, newest: str) -> None:
-        kind = _KIND[status]
-        self.counts[kind] += builds
+    def add(self, value: Any, figures: _Figures, newest: str | None, newest_failed: str | None) -> None:
+        counts, cpu, billable_cpu, durations, queues = figures
+        for kind, builds in zip(self.counts, counts, strict=True):
+            self.counts[kind] += builds
         self.cpu += cpu
-        if status in _BILLABLE:
-            self.billable_cpu += cpu
-        # JSON arrays of the numbers as stored: decoding them gives exactly the values a client reads.
-        self.durations += _NUMBERS.decode(durations)
-        self.queues += _NUMBERS.decode(queues)
-        mark = (newest, value, status)
-        if self.newest is None or mark > self.newest:
-            self.newest = mark
-        if kind == "failed" and (self.newest_failed is None or mark > self.newest_failed):
-            self.newest_failed = mark
+        self.billable_cpu += billable_cpu
+        self.durations += durations
+        self.queues += queues
+        self.newest = _later(self.newest, _mark(newest, value))
+        self.newest_failed = _later(self.newest_failed, _mark(newest_failed, value))
 
     @property
     def build_count(self) -> int:
@@ -129,31 +142,38 @@ class _Group:
         )
 
 
-def _newest(mark: tuple[str, Any, str] | None) -> Newest | None:
-    if mark is None:
-        return None
-    create_us, build_id = mark[0].split()
-    return Newest(int(create_us), int(build_id), mark[2], mark[1])
+# (successful, failed, discarded, running), CPU seconds, billable CPU seconds, durations, queue times
+_Figures = tuple[tuple[int, int, int, int], int, int, list[float], list[float]]
+_NO_BUILDS = (0, 0, 0, 0)
+
+
+def _figures(status: str | None, text: str) -> _Figures:
+    """The figures of a row of stats_rows: of builds of one status, or of every kind. The numbers are decoded
+    from the JSON text of the values as stored, so they are exactly the values a client reads."""
+    if status is None:
+        ok, failed, discarded, running, cpu, billable_cpu, durations, queues = _BY_KIND.decode(text)
+        return (ok, failed, discarded, running), cpu, billable_cpu, durations, queues
+    builds, cpu, durations, queues = _BY_STATUS.decode(text)
+    kind = _KIND[status]
+    counts = tuple(builds if k == kind else 0 for k in _KINDS)
+    return counts, cpu, cpu if status in _BILLABLE else 0, durations, queues  # type: ignore[return-value]
 
 
 def _grouped(rows: Iterable[tuple], group_by: GroupBy) -> dict[Any, _Group]:
     groups: dict[Any, _Group] = {}
-    tag = group_by.tag_key or ""
     names: dict[str, str] = {}
-    for row in rows:
-        value = row[0]
-        if group_by.kind == "tag":
-            key = value if group_by.plain_tag else _TAGS.decode(value).get(tag)
-            if key is None:
-                continue  # builds without the grouping tag are left out
-        elif group_by.kind == "derivation":
+    for value, status, text, newest, newest_failed in rows:
+        figures = _figures(status, text)
+        if figures[0] == _NO_BUILDS:
+            continue  # a period, status or value without builds in the window
+        if group_by.kind == "derivation":
             key = names.get(value) or names.setdefault(value, derivation_name(value))
         else:
             key = value
         group = groups.get(key)
         if group is None:
             group = groups[key] = _Group()
-        group.add(*row)
+        group.add(value, figures, newest, newest_failed)
     return groups
 
 
@@ -187,7 +207,7 @@ def build_stats_with_newest(
     """As build_stats, with each group's newest build and newest failed build (for the dashboard's links)."""
     kind = query.group_by.kind
     return [
-        (group.result(_key(kind, key)), _newest(group.newest), _newest(group.newest_failed))
+        (group.result(_key(kind, key)), group.newest, group.newest_failed)
         for key, group in _ordered(_grouped(rows, query.group_by), query)
     ]
 

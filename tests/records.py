@@ -39,3 +39,16 @@ def record(build_id: int, **fields: Any) -> dict[str, Any]:
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
+
+
+# Undoes the schema's last migration on a database: the builds table as it was before statistics read durations
+# and queue times from columns (for tests that bring an older database up to date).
+WITHOUT_STATS_COLUMNS = """
+DROP INDEX builds_for_stats;
+DROP INDEX builds_by_time;
+DROP INDEX builds_by_derivation;
+ALTER TABLE builds DROP COLUMN duration_text;
+ALTER TABLE builds DROP COLUMN queue_text;
+CREATE INDEX builds_by_time ON builds (account_id, create_us, build_id);
+CREATE INDEX builds_by_derivation ON builds (account_id, derivation_path, create_us, build_id);
+"""

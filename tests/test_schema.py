@@ -6,6 +6,7 @@ import sqlite3
 
 import msgspec
 from conftest import record, write_jsonl
+from records import WITHOUT_STATS_COLUMNS
 
 from buildreport.ingest import import_files
 from buildreport.models import Build
@@ -20,6 +21,35 @@ def _rows(db) -> list[tuple]:
     rows = conn.execute("SELECT build_id, body, body_hash FROM builds ORDER BY build_id").fetchall()
     conn.close()
     return rows
+
+
+def _stats_columns(db) -> list[tuple]:
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT build_id, duration_text, queue_text FROM builds ORDER BY build_id").fetchall()
+    conn.close()
+    return rows
+
+
+def test_migration_gives_stored_builds_the_numbers_statistics_read_exactly_as_a_fresh_import_writes_them(tmp_path):
+    records = [
+        record(1, duration_seconds=0.1 + 0.2, queue_time_seconds=1e-7),
+        record(2, duration_seconds=12.0, queue_time_seconds=0.0),
+        record(3, build_status="running", duration_seconds=None, queue_time_seconds=1234567.891011),
+    ]
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
+    conn.close()
+    fresh = _stats_columns(tmp_path / "t.db")
+    assert fresh == [(1, "0.30000000000000004", "1e-7"), (2, "12.0", "0.0"), (3, None, "1234567.891011")]
+
+    old = sqlite3.connect(tmp_path / "t.db")
+    old.executescript(WITHOUT_STATS_COLUMNS)
+    old.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    old.commit()
+    old.close()
+
+    open_database(tmp_path / "t.db").close()
+    assert _stats_columns(tmp_path / "t.db") == fresh
 
 
 def test_migration_adds_status_to_stored_builds_exactly_as_a_fresh_import_writes_them(tmp_path):
@@ -46,6 +76,7 @@ def test_migration_adds_status_to_stored_builds_exactly_as_a_fresh_import_writes
     old.execute("ALTER TABLE builds DROP COLUMN source_id")
     old.execute("DROP TABLE tag_pairs")
     old.execute("DROP TABLE tag_daily_totals")
+    old.executescript(WITHOUT_STATS_COLUMNS)
     old.execute(f"PRAGMA user_version = {STATUS_MIGRATION - 1}")
     old.commit()
     old.close()

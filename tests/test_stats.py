@@ -269,3 +269,45 @@ def test_percentiles_take_the_nearest_rank(values, percent, expected):
 )
 def test_derivation_name_is_the_store_path_name_without_drv(path, name):
     assert derivation_name(path) == name
+
+
+def _stats(env: Env, **params: Any) -> list[dict[str, Any]]:
+    secret = env.token()
+    with env.client() as client:
+        response = client.get("/builds/stats", params=params, headers=auth(secret))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_stats_follow_a_build_written_again_with_other_figures(tmp_path):
+    env = Env(tmp_path)
+    env.load([record(1, duration_seconds=10.5, queue_time_seconds=2.25, tags={"project": "web"}), record(2)])
+    env.load([record(1, build_status="timeout", duration_seconds=7200.125, queue_time_seconds=0.1 + 0.2,
+                      tags={"project": "api"})])
+    since = z(us((NOW - timedelta(days=1)).isoformat()))
+    by_project = {g["key"]: g for g in _stats(env, create_time_from=since, group_by="tag:project")}
+    assert list(by_project) == ["api"]
+    assert by_project["api"]["failed_build_count"] == 1
+    assert by_project["api"]["duration_seconds"]["max"] == 7200.125
+    assert by_project["api"]["queue_time_seconds"]["p50"] == 0.1 + 0.2
+    (day,) = [g for g in _stats(env, create_time_from=since, group_by="day") if g["build_count"]]
+    assert (day["successful_build_count"], day["failed_build_count"]) == (1, 1)
+    assert day["duration_seconds"]["max"] == 7200.125
+
+
+def test_an_open_window_reaches_builds_created_after_now(tmp_path):
+    env = Env(tmp_path)
+    later = NOW + timedelta(days=2)
+    env.load([record(1), record(2, create_time=later, start_time=later.isoformat(), duration_seconds=3.5)])
+    groups = _stats(env, create_time_from=z(us((NOW - timedelta(days=1)).isoformat())), group_by="day")
+    assert groups[-1]["key"] == later.date().isoformat()
+    assert groups[-1]["build_count"] == 1
+    assert groups[-1]["duration_seconds"]["p50"] == 3.5
+    assert sum(g["build_count"] for g in groups) == 2
+
+
+def test_an_empty_tag_value_is_a_group_of_its_own(tmp_path):
+    env = Env(tmp_path)
+    env.load([record(1, tags={"project": ""}), record(2, tags={"project": "web"}), record(3, tags={"team": "x"})])
+    groups = _stats(env, create_time_from=z(us((NOW - timedelta(days=1)).isoformat())), group_by="tag:project")
+    assert sorted((g["key"], g["build_count"]) for g in groups) == [("", 1), ("web", 1)]

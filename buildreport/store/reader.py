@@ -118,9 +118,9 @@ class Reader(abc.ABC):
     # --- insights (statistics, usage by group, export) -------------------------------------------
 
     async def stats_rows(
-        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, exact: bool = True
+        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False
     ) -> list[tuple]:
-        return await self._rows(stats_queries.stats_rows(account_id, build_filter, group_by, exact))
+        return await self._rows(stats_queries.stats_rows(account_id, build_filter, group_by, newest))
 
     async def usage_rows(self, account_id: int, query: UsageQuery, group_by: GroupBy) -> list[tuple]:
         """Usage rows for a breakdown: by day and by system summed in SQL, by tag one row a build."""

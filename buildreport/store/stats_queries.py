@@ -1,8 +1,21 @@
-"""Read queries behind the insights: per-build rows for statistics, usage by group, export pages.
+"""Read queries behind the insights: figures of groups of builds for statistics, usage by group, export pages.
 
-Like queries.py, SQL is built only from the shape of a request, never from its text. Times and
-durations come from the stored JSON as the client sent them (`->` yields a number's own text), so
-percentiles repeat the exact values a client reads from /builds.
+Like queries.py, SQL is built only from the shape of a request, never from its text. A build's duration and
+queue time are read from the columns `duration_text` and `queue_text`, the numbers' own text in the build's
+JSON: percentiles repeat exactly the values a client reads from /builds, and no build's JSON is parsed.
+
+Statistics never sort the window's builds in SQLite (a sort costs more than everything else together). Each
+group is read on its own, as a range of an index that holds every figure it needs:
+
+- time groups (no tag filter): one range of `builds_for_stats` per period and status;
+- tag groups: the tag's values, found one by one in the tag index, then each value's builds in the window;
+- derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
+- anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
+
+Each row is `(value, status, figures, newest, newest_failed)`. `figures` is a JSON array: with a status,
+`[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
+`[successful, failed, discarded, running, cpu seconds, billable cpu seconds, [durations], [queue times]]`.
+`newest` and `newest_failed` are `"create_us build_id status"` when asked for, else null.
 """
 
 from __future__ import annotations
@@ -11,48 +24,198 @@ import sqlite3
 from collections.abc import Iterator
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
-from buildreport.models import BILLABLE
+from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
 from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sql, _ordered, in_list
 
-# The value each grouping needs beside a build's figures; time groupings, the start of its period.
+_PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
+# Names of the row sources a statistics query makes itself (not tables): scanning them reads no table.
+ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths")
+
+
+def _arrays(alias: str) -> str:
+    """The durations and queue times of the rows, as two JSON arrays (nulls left out by group_concat)."""
+    return (
+        f"'[' || coalesce(group_concat({alias}.duration_text), '') || '],[' ||"
+        f" coalesce(group_concat({alias}.queue_text), '') || ']'"
+    )
+
+
+def _by_status(alias: str) -> str:
+    """A group's figures for builds of one status."""
+    return f"'[' || count(*) || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ',' || {_arrays(alias)} || ']'"
+
+
+def _by_kind(alias: str) -> str:
+    """A group's figures for builds of any status: the count of each kind, CPU seconds and billable ones."""
+
+    def count(statuses: frozenset[BuildStatus]) -> str:
+        return f"count(CASE WHEN {alias}.status IN {in_list(statuses)} THEN 1 END)"
+
+    unbilled = in_list(frozenset(BuildStatus) - BILLABLE)
+    return (
+        f"'[' || {count(SUCCESSFUL)} || ',' || {count(FAILED)} || ',' || {count(DISCARDED)} || ','"
+        f" || {count(UNFINISHED)} || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ','"
+        f" || (coalesce(sum({alias}.cpu_seconds), 0)"
+        f" - coalesce(sum(CASE WHEN {alias}.status IN {unbilled} THEN {alias}.cpu_seconds END), 0))"
+        f" || ',' || {_arrays(alias)} || ']'"
+    )
+
+
+def _window(column: str, build_filter: BuildFilter) -> tuple[str, list[object]]:
+    sql, params = f" AND {column} >= ?", [build_filter.create_from_us]
+    if build_filter.create_to_us is not None:
+        sql += f" AND {column} < ?"
+        params.append(build_filter.create_to_us)
+    return sql, params
+
+
+def _statuses(alias: str, build_filter: BuildFilter) -> tuple[str, list[object]]:
+    if not build_filter.statuses:
+        return "", []
+    return f" AND {alias}.status IN ({','.join('?' * len(build_filter.statuses))})", [
+        s.value for s in build_filter.statuses
+    ]
+
+
+def _conditions(account_id: int, build_filter: BuildFilter) -> tuple[str, list[object]]:
+    """The filter's statuses, derivation path and tag pairs on the build `b`; each tag pair is checked by its
+    full key in the tag index."""
+    sql, params = _statuses("b", build_filter)
+    if build_filter.derivation_path is not None:
+        sql += " AND b.derivation_path = ?"
+        params.append(build_filter.derivation_path)
+    for key, value in build_filter.tags:
+        sql += (
+            " AND EXISTS (SELECT 1 FROM build_tags o WHERE o.account_id = ? AND o.key = ? AND o.value = ?"
+            " AND o.create_us = b.create_us AND o.build_id = b.build_id)"
+        )
+        params += [account_id, key, value]
+    return sql, params
+
+
+def _newest(select: str, where: str, order: str, failed: bool) -> str:
+    """The newest build of a group (or its newest failed one) as `create_us build_id status`."""
+    extra = f" AND b.status IN {in_list(FAILED)}" if failed else ""
+    return (
+        f"(SELECT b.create_us || ' ' || b.build_id || ' ' || b.status {select} WHERE {where}{extra}"
+        f" ORDER BY {order} LIMIT 1)"
+    )
+
+
+def _time_groups(account_id: int, build_filter: BuildFilter, period: int) -> Query:
+    """Figures per period and status, each period of the window read from `builds_for_stats` by status."""
+    low = build_filter.create_from_us
+    if build_filter.create_to_us is not None:
+        bounds, bounds_params = "SELECT ?", [build_filter.create_to_us]
+    else:  # up to the account's newest build, wherever it lies
+        bounds, bounds_params = "SELECT coalesce(max(create_us), 0) + 1 FROM builds WHERE account_id = ?", [account_id]
+    statuses = [s.value for s in build_filter.statuses] or [s.value for s in BuildStatus]
+    first_end = low - low % period + period
+    sql = (
+        f"WITH RECURSIVE bounds(end_us) AS ({bounds}),"
+        " periods(low, high) AS ("
+        " SELECT ?, CASE WHEN ? < end_us THEN ? ELSE end_us END FROM bounds"
+        " UNION ALL"
+        " SELECT periods.high, CASE WHEN periods.high + ? < end_us THEN periods.high + ? ELSE end_us END"
+        " FROM periods, bounds WHERE periods.high < end_us),"
+        f" statuses(status) AS (VALUES {','.join('(?)' for _ in statuses)})"
+        f" SELECT periods.low - periods.low % ?, statuses.status, (SELECT {_by_status('b')} FROM builds b"
+        " WHERE b.account_id = ? AND b.status = statuses.status"
+        " AND b.create_us >= periods.low AND b.create_us < periods.high),"
+        " NULL, NULL FROM periods, statuses"
+    )
+    params = [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id]
+    return sql, params
+
+
+def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bool) -> Query:
+    """Figures per value of the tag `key`: its values found one by one in the tag index, each value's builds in
+    the window read through `builds_by_time`, which holds their figures.
+
+    `+` keeps SQLite from reaching the build by its rowid (a read of the whole row, JSON included) or from
+    turning the tag row's time into a range of builds."""
+    window, window_params = _window("g.create_us", build_filter)
+    conditions, condition_params = _conditions(account_id, build_filter)
+    select = (
+        "FROM build_tags g JOIN builds b ON b.account_id = g.account_id AND b.create_us = +g.create_us"
+        " AND +b.build_id = g.build_id"
+    )
+    where = f"g.account_id = ? AND g.key = ? AND g.value = tag_values.value{window}{conditions}"
+    where_params = [account_id, key, *window_params, *condition_params]
+    columns, column_params = f"(SELECT {_by_kind('b')} {select} WHERE {where})", list(where_params)
+    if newest:
+        order = "g.create_us DESC, g.build_id DESC"
+        columns += f", {_newest(select, where, order, False)}, {_newest(select, where, order, True)}"
+        column_params += [*where_params, *where_params]
+    else:
+        columns += ", NULL, NULL"
+    sql = (
+        "WITH RECURSIVE tag_values(value) AS ("
+        " SELECT min(value) FROM build_tags WHERE account_id = ? AND key = ?"
+        " UNION ALL"
+        " SELECT (SELECT min(t.value) FROM build_tags t"
+        " WHERE t.account_id = ? AND t.key = ? AND t.value > tag_values.value)"
+        " FROM tag_values WHERE tag_values.value IS NOT NULL)"
+        f" SELECT tag_values.value, NULL, {columns} FROM tag_values WHERE tag_values.value IS NOT NULL"
+    )
+    return sql, [account_id, key, account_id, key, *column_params]
+
+
+def _derivation_groups(account_id: int, build_filter: BuildFilter, newest: bool) -> Query:
+    """Figures per derivation path: the paths found one by one in `builds_by_derivation`, each path's builds
+    in the window read from the same index, which holds their figures."""
+    window, window_params = _window("b.create_us", build_filter)
+    conditions, condition_params = _conditions(account_id, build_filter)
+    select = "FROM builds b"
+    where = f"b.account_id = ? AND b.derivation_path = paths.value{window}{conditions}"
+    where_params = [account_id, *window_params, *condition_params]
+    columns, column_params = f"(SELECT {_by_kind('b')} {select} WHERE {where})", list(where_params)
+    if newest:
+        order = "b.create_us DESC, b.build_id DESC"
+        columns += f", {_newest(select, where, order, False)}, {_newest(select, where, order, True)}"
+        column_params += [*where_params, *where_params]
+    else:
+        columns += ", NULL, NULL"
+    sql = (
+        "WITH RECURSIVE paths(value) AS ("
+        " SELECT min(derivation_path) FROM builds WHERE account_id = ?"
+        " UNION ALL"
+        " SELECT (SELECT min(d.derivation_path) FROM builds d"
+        " WHERE d.account_id = ? AND d.derivation_path > paths.value)"
+        " FROM paths WHERE paths.value IS NOT NULL)"
+        f" SELECT paths.value, NULL, {columns} FROM paths WHERE paths.value IS NOT NULL"
+    )
+    return sql, [account_id, account_id, *column_params]
+
+
+# The value each grouping of the one-pass query groups by; time groupings, the start of its period.
 _GROUP_COLUMNS = {
     "day": f"b.create_us - b.create_us % {US_PER_DAY}",
     "hour": f"b.create_us - b.create_us % {US_PER_HOUR}",
     "system": "b.body ->> '$.system'",
     "status": "b.status",
-    "derivation": "b.derivation_path",
-    "derivation_path": "b.derivation_path",
-    "tag": "b.body -> '$.tags'",
 }
 
 
-def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, exact: bool = True) -> Query:
-    """The matching builds summed by grouping value and status, so that no build crosses into Python alone.
-
-    Each row: the value, the status, the builds, their CPU seconds, their durations and queue times as a JSON
-    array of the numbers exactly as stored (nulls left out), and the newest build as `create_us build_id`
-    (zero-padded, so that the greatest text is the newest build).
-
-    Not `exact` (for the dashboard, which shows durations to the second and no queue times): durations come
-    from the `duration_us` column, to the microsecond, queue times are left out, and no build's JSON is read.
-    """
+def _grouped_in_one_pass(account_id: int, build_filter: BuildFilter, group_by: GroupBy) -> Query:
     source, where, params = _filter_sql(account_id, build_filter, "b")
-    column, column_params = _GROUP_COLUMNS[group_by.kind], []
-    if group_by.plain_tag:
-        # The tag's value itself, so builds group in SQLite; other keys group by the tags' JSON in Python.
-        column, column_params = "b.body ->> ?", [f"$.tags.{group_by.tag_key}"]
-    if exact:
-        durations = "group_concat(nullif(b.body -> '$.duration_seconds', 'null'))"
-        queues = "group_concat(nullif(b.body -> '$.queue_time_seconds', 'null'))"
-    else:
-        durations, queues = "group_concat(b.duration_us / 1000000.0)", "NULL"
     sql = (
-        f"SELECT {column} AS g, b.status, count(*), sum(b.cpu_seconds),"
-        f" '[' || coalesce({durations}, '') || ']', '[' || coalesce({queues}, '') || ']',"
-        " max(printf('%020d %020d', b.create_us, b.build_id))"
+        f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, {_by_status('b')}, NULL, NULL"
         f" FROM {source} WHERE {where} GROUP BY g, b.status"
     )
-    return sql, [*column_params, *params]
+    return sql, params
+
+
+def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False) -> Query:
+    """The figures of each group of the matching builds (see the module's docstring for the rows); `newest`
+    adds each group's newest build and newest failed build, for groups by tag or derivation."""
+    if group_by.kind in _PERIODS and not build_filter.tags and build_filter.derivation_path is None:
+        return _time_groups(account_id, build_filter, _PERIODS[group_by.kind])
+    if group_by.kind == "tag" and group_by.tag_key is not None:
+        return _tag_groups(account_id, build_filter, group_by.tag_key, newest)
+    if group_by.kind in ("derivation", "derivation_path"):
+        return _derivation_groups(account_id, build_filter, newest)
+    return _grouped_in_one_pass(account_id, build_filter, group_by)
 
 
 def _stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:

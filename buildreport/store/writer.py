@@ -116,7 +116,14 @@ class _Row(msgspec.Struct):
             self.body,
             body_hash(self.body),
             self.source_id,
+            _number_text(b.duration_seconds),
+            _number_text(b.queue_time_seconds),
         )
+
+
+def _number_text(value: float | None) -> str | None:
+    """A number as the build's JSON writes it, for the columns statistics read (see schema.py)."""
+    return None if value is None else _ENCODER.encode(value).decode()
 
 
 def body_hash(body: bytes) -> int:
@@ -142,14 +149,15 @@ class _Existing(msgspec.Struct):
 _UPSERT = """
 INSERT INTO builds (build_id, account_id, create_us, start_us, duration_us, stop_us, status, cpu_seconds,
                     nar_size_bytes, derivation_path, restart_of_build_id, restarted_as_build_id, body, body_hash,
-                    source_id)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    source_id, duration_text, queue_text)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (build_id) DO UPDATE SET
     create_us = excluded.create_us, start_us = excluded.start_us, duration_us = excluded.duration_us,
     stop_us = excluded.stop_us, status = excluded.status, cpu_seconds = excluded.cpu_seconds,
     nar_size_bytes = excluded.nar_size_bytes, derivation_path = excluded.derivation_path,
     restart_of_build_id = excluded.restart_of_build_id, restarted_as_build_id = excluded.restarted_as_build_id,
-    body = excluded.body, body_hash = excluded.body_hash, source_id = coalesce(excluded.source_id, builds.source_id)
+    body = excluded.body, body_hash = excluded.body_hash, source_id = coalesce(excluded.source_id, builds.source_id),
+    duration_text = excluded.duration_text, queue_text = excluded.queue_text
 """
 
 
