@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from conftest import NOW, Env, auth, record
+from conftest import ENGINES, NOW, Env, auth, new_database, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -75,9 +75,10 @@ def plain_breakdown(low: date, high: date | None, group_by: str) -> list[dict[st
     return [{"key": k, "billable_cpu_seconds": c, "billable_build_count": n} for k, (c, n) in ordered]
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
-    env = Env(tmp_path_factory.mktemp("breakdown"))
+@pytest.fixture(scope="module", params=ENGINES)
+def api(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("breakdown")
+    env = Env(tmp, new_database(request, request.param, tmp))
     env.load(RECORDS)
     secret = env.token()
     with env.client() as client:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import test_browser as tb
-from conftest import TEST_KEY, Env, auth
+from conftest import ENGINES, TEST_KEY, Env, auth, new_database
 from test_stats import RECORDS
 
 from buildreport.cli import sample_data_path
@@ -26,9 +26,10 @@ SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot-dashb
 browser = tb.browser  # the module-scoped headless Chromium of the build page tests
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
-    env = Env(tmp_path_factory.mktemp("dashboard"))
+@pytest.fixture(scope="module", params=ENGINES)
+def api(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dashboard")
+    env = Env(tmp, new_database(request, request.param, tmp))
     env.load(RECORDS)
     secret = env.token()
     with env.client() as client:

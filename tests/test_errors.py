@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-from conftest import NOW, Env, auth, query, record
+from conftest import ENGINES, NOW, Env, auth, new_database, query, record
 
 from buildreport.docs import STREAMED
 from buildreport.filters import Cursor
@@ -35,10 +35,11 @@ def assert_problem(response, status: int) -> dict:
     return body
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
+@pytest.fixture(scope="module", params=ENGINES)
+def api(request, tmp_path_factory):
     """A client over a small database, with a token, shared by the read-only cases of this module."""
-    env = Env(tmp_path_factory.mktemp("errors"))
+    tmp = tmp_path_factory.mktemp("errors")
+    env = Env(tmp, new_database(request, request.param, tmp))
     env.load([record(1, tags={"p": "w"}), record(2), record(3, create_time=NOW - timedelta(hours=2))])
     secret = env.token()
     with env.client() as client:

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
-from conftest import NOW, Env, auth, record
+from conftest import ENGINES, NOW, Env, auth, new_database, record
 
 from buildreport.cli import main
 from buildreport.filters import BuildFilter
@@ -38,9 +38,10 @@ def records() -> list[dict]:
     return out
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
-    env = Env(tmp_path_factory.mktemp("export"))
+@pytest.fixture(scope="module", params=ENGINES)
+def api(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("export")
+    env = Env(tmp, new_database(request, request.param, tmp))
     env.load(records())
     secret = env.token()
     with env.client() as client:

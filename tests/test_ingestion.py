@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Env, Server, auth, start_server
+from conftest import ENGINES, Env, Server, auth, new_database, start_server
 from test_writes import write_record
 
 from buildreport.errors import Problem
@@ -42,9 +42,10 @@ class Service:
         return self.client.get(path, headers=auth(token or self.reader))
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory) -> Iterator[Service]:
-    env = Env(tmp_path_factory.mktemp("ingestion"))
+@pytest.fixture(scope="module", params=ENGINES)
+def service(request, tmp_path_factory) -> Iterator[Service]:
+    tmp = tmp_path_factory.mktemp("ingestion")
+    env = Env(tmp, new_database(request, request.param, tmp))
     env.load([])
     server = start_server(env.db, "--max-body-bytes", str(MAX_BODY), "--max-records", str(MAX_RECORDS))
     try:

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
-from conftest import NOW, Env, auth, record
+from conftest import ENGINES, NOW, Env, auth, new_database, record
 from prometheus_client.parser import text_string_to_metric_families
 
 from buildreport.metrics import HOUR_US
@@ -55,9 +55,10 @@ def plain_last_day(now_us: int) -> dict[tuple[str, str], tuple[int, int]]:
     return figures
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
-    env = Env(tmp_path_factory.mktemp("metrics"))
+@pytest.fixture(scope="module", params=ENGINES)
+def api(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("metrics")
+    env = Env(tmp, new_database(request, request.param, tmp))
     env.load(RECORDS)
     with env.client() as client:
         yield env, client, env.token(scopes=("metrics:read",)), env.token()

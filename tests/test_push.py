@@ -7,7 +7,6 @@ import gzip
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
@@ -16,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Env, auth, buildreport_command, start_server
+from conftest import ENGINES, Env, auth, buildreport_command, new_database, query, start_server
 from test_writes import write_record
 
 from buildreport.push import Pusher, PushStopped, backoff, retry_after
@@ -45,34 +44,27 @@ def push(url: str, token: str, spool: Path, *args: str, timeout: float = 120) ->
 
 def database_state(db: Path) -> dict[str, list[tuple]]:
     """Everything a report is made from: builds with their ids and bodies, tags, logs and every kept total."""
-    conn = sqlite3.connect(db)
-    try:
-        tables = {
-            "builds": "SELECT build_id, a.name, source_id, create_us, stop_us, status, body FROM builds"
-            " JOIN accounts a USING (account_id) ORDER BY build_id",
-            "tags": "SELECT key, value, build_id FROM build_tags ORDER BY 3, 1, 2",
-            "logs": "SELECT build_id, zlib FROM build_logs ORDER BY 1",
-            "hourly": "SELECT period_us, status, builds, cpu_seconds, duration_us FROM hourly_totals ORDER BY 1, 2",
-            "daily": "SELECT period_us, status, builds, cpu_seconds, duration_us FROM daily_totals ORDER BY 1, 2",
-            "usage": "SELECT day_us, builds, cpu_seconds FROM daily_usage ORDER BY 1",
-        }
-        return {name: conn.execute(sql).fetchall() for name, sql in tables.items()}
-    finally:
-        conn.close()
+    tables = {
+        "builds": "SELECT build_id, a.name, source_id, create_us, stop_us, status, body FROM builds"
+        " JOIN accounts a USING (account_id) ORDER BY build_id",
+        "tags": "SELECT key, value, build_id FROM build_tags ORDER BY 3, 1, 2",
+        "logs": "SELECT build_id, zlib FROM build_logs ORDER BY 1",
+        "hourly": "SELECT period_us, status, builds, cpu_seconds, duration_us FROM hourly_totals ORDER BY 1, 2",
+        "daily": "SELECT period_us, status, builds, cpu_seconds, duration_us FROM daily_totals ORDER BY 1, 2",
+        "usage": "SELECT day_us, builds, cpu_seconds FROM daily_usage ORDER BY 1",
+    }
+    return {name: query(db, sql) for name, sql in tables.items()}
 
 
 def builds_from(db: Path, prefix: str) -> int:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute("SELECT count(*) FROM builds WHERE source_id LIKE ?", (prefix + ":%",)).fetchone()[0]
-    finally:
-        conn.close()
+    return query(db, "SELECT count(*) FROM builds WHERE source_id LIKE ?", (prefix + ":%",))[0][0]
 
 
-@pytest.fixture(scope="module")
-def service(tmp_path_factory):
+@pytest.fixture(scope="module", params=ENGINES)
+def service(request, tmp_path_factory):
     """One service for the cases below; each sends records of its own source id prefix."""
-    env = Env(tmp_path_factory.mktemp("push"))
+    tmp = tmp_path_factory.mktemp("push")
+    env = Env(tmp, new_database(request, request.param, tmp))
     env.load([])
     server = start_server(env.db)
     try:

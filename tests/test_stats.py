@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from conftest import NOW, Env, auth, record
+from conftest import ENGINES, NOW, Env, auth, new_database, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -139,9 +139,10 @@ def plain_stats(
     return [plain_group(key, builds) for key, builds in ordered]
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
-    env = Env(tmp_path_factory.mktemp("stats"))
+@pytest.fixture(scope="module", params=ENGINES)
+def api(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stats")
+    env = Env(tmp, new_database(request, request.param, tmp))
     env.load(RECORDS)
     secret = env.token()
     with env.client() as client:

@@ -1,5 +1,6 @@
-"""What differs between the SQL of the two engines, in one place: the few fragments that SQLite and PostgreSQL
-spell differently. Everything else the store says is the same SQL on both."""
+"""What differs between the SQL of the two engines: the fragments of shared queries that SQLite and PostgreSQL
+spell differently. Whole queries that differ (statistics) live in the engine's folder; everything else the
+store says is the same SQL on both."""
 
 from __future__ import annotations
 
@@ -12,18 +13,12 @@ class Dialect(msgspec.Struct, frozen=True):
     body_array: str
     # The pages' body digests joined with commas, in the same order.
     hash_list: str
-    # A build's stored JSON as JSON the engine can take apart (`->`, `->>`).
-    json_body: str
-    # `->>` path of a top-level field: SQLite takes a JSON path, PostgreSQL the key.
-    json_key_prefix: str
 
 
 SQLITE = Dialect(
     name="sqlite",
     body_array="CAST('[' || group_concat(body, ',') || ']' AS BLOB)",
     hash_list="group_concat(body_hash)",
-    json_body="b.body",
-    json_key_prefix="$.",
 )
 
 # Aggregates in PostgreSQL keep no input order of their own: it is asked for.
@@ -31,8 +26,6 @@ POSTGRESQL = Dialect(
     name="postgresql",
     body_array="'['::bytea || coalesce(string_agg(body, ','::bytea ORDER BY k1 DESC, k2 DESC), '') || ']'::bytea",
     hash_list="string_agg(body_hash::text, ',' ORDER BY k1 DESC, k2 DESC)",
-    json_body="convert_from(b.body, 'UTF8')::json",
-    json_key_prefix="",
 )
 
 

@@ -24,7 +24,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("accounts", ("account_id", "name", "created_us")),
     ("builds", ("build_id", "account_id", "create_us", "start_us", "duration_us", "stop_us", "status", "cpu_seconds",
                 "nar_size_bytes", "derivation_path", "restart_of_build_id", "restarted_as_build_id", "body",
-                "body_hash", "source_id")),
+                "body_hash", "source_id", "duration_text", "queue_text")),
     ("build_tags", ("account_id", "key", "value", "create_us", "build_id")),
     ("build_logs", ("build_id", "size_bytes", "zlib")),
     ("hourly_totals", _TOTALS),

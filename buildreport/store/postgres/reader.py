@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from buildreport.store import queries
 from buildreport.store.dialect import POSTGRESQL
+from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.postgres.connection import configure, connect_kwargs, translate
 from buildreport.store.reader import Reader
 
@@ -48,6 +49,7 @@ async def _fetch(pool: AsyncConnectionPool, query: queries.Query) -> list[tuple]
 
 class PgReader(Reader):
     dialect = POSTGRESQL
+    engine_stats = postgres_stats
 
     def __init__(self, primary: AsyncConnectionPool, replicas: Sequence[AsyncConnectionPool]) -> None:
         self._primary = primary

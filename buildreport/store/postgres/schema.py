@@ -49,7 +49,10 @@ MIGRATIONS: tuple[str, ...] = (
         restarted_as_build_id BIGINT,
         body BYTEA NOT NULL,
         body_hash BIGINT NOT NULL,
-        source_id TEXT
+        source_id TEXT,
+        -- The duration and queue time as the build's JSON writes them, for statistics (see store/sqlite/schema.py).
+        duration_text TEXT,
+        queue_text TEXT
     );
     CREATE INDEX builds_by_time ON builds (account_id, create_us, build_id);
     CREATE INDEX builds_by_derivation ON builds (account_id, derivation_path, create_us, build_id);

@@ -1,0 +1,58 @@
+"""The statistics queries of PostgreSQL: what store/stats_queries.py does with SQLite's index walks, one
+grouped pass here, with the same rows (see that module's docstring) in the one-status form:
+`(value, status, [builds, cpu seconds, [durations], [queue times]], newest, newest failed)`.
+
+Only these differ between the engines; every other insights query is shared.
+"""
+
+from __future__ import annotations
+
+from buildreport.filters import BuildFilter, GroupBy, UsageQuery
+from buildreport.models import FAILED
+from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sql, in_list
+from buildreport.store.stats_queries import _stopped_billable
+
+JSON = "convert_from(b.body, 'UTF8')::json"  # a build's stored JSON, taken apart only where a figure needs it
+_GROUP_COLUMNS = {
+    "day": f"b.create_us - b.create_us % {US_PER_DAY}",
+    "hour": f"b.create_us - b.create_us % {US_PER_HOUR}",
+    "system": f"{JSON} ->> 'system'",
+    "status": "b.status",
+    "derivation": "b.derivation_path",
+    "derivation_path": "b.derivation_path",
+}
+_FIGURES = (
+    "'[' || count(*) || ',' || coalesce(sum(b.cpu_seconds), 0) || ',[' || coalesce(string_agg(b.duration_text, ','"
+    " ORDER BY b.build_id), '') || '],[' || coalesce(string_agg(b.queue_text, ',' ORDER BY b.build_id), '') || ']]'"
+)
+_MARK = "b.create_us || ' ' || b.build_id || ' ' || b.status"
+_NEWEST = f"(array_agg({_MARK} ORDER BY b.create_us DESC, b.build_id DESC))[1]"
+_NEWEST_FAILED = (
+    f"(array_agg({_MARK} ORDER BY b.create_us DESC, b.build_id DESC) FILTER (WHERE b.status IN {in_list(FAILED)}))[1]"
+)
+
+
+def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False) -> Query:
+    source, where, params = _filter_sql(account_id, build_filter, "b")
+    marks = f"{_NEWEST}, {_NEWEST_FAILED}" if newest else "NULL, NULL"
+    if group_by.kind == "tag" and group_by.tag_key is not None:
+        # The tag's value from the tag index: builds without the tag are in no group.
+        source += " JOIN build_tags g ON g.account_id = b.account_id AND g.build_id = b.build_id AND g.key = ?"
+        return (
+            f"SELECT g.value, b.status, {_FIGURES}, {marks} FROM {source} WHERE {where} GROUP BY g.value, b.status",
+            [group_by.tag_key, *params],
+        )
+    column = _GROUP_COLUMNS[group_by.kind]
+    sql = f"SELECT {column} AS g, b.status, {_FIGURES}, {marks} FROM {source} WHERE {where} GROUP BY 1, 2"
+    return sql, params
+
+
+def usage_by_system(account_id: int, query: UsageQuery) -> Query:
+    where, params = _stopped_billable(query)
+    sql = f"SELECT {JSON} ->> 'system', sum(b.cpu_seconds), count(*) FROM builds b WHERE {where} GROUP BY 1"
+    return sql, [account_id, *params]
+
+
+def usage_tags(account_id: int, query: UsageQuery) -> Query:
+    where, params = _stopped_billable(query)
+    return f"SELECT {JSON} -> 'tags', b.cpu_seconds FROM builds b WHERE {where}", [account_id, *params]
