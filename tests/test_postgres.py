@@ -107,3 +107,28 @@ def test_commands_on_a_sqlite_file_never_load_the_postgresql_driver(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_server_keeps_answering_after_the_database_drops_its_connections(pg_env, serve, pg_cluster):
+    """A restart or failover ends every connection: the next read and write each open a new one."""
+    pg_env.load([record(1)])
+    secret = pg_env.token(scopes=("build:read", "build:write"))
+    server = serve(pg_env.db)
+    body = {k: v for k, v in record(2).items() if k not in ("account", "build_id")}
+
+    def write(source: str) -> httpx.Response:
+        records = [{**body, "source_id": source}]
+        return httpx.post(server.url + "/builds", json=records, headers=auth(secret), timeout=10)
+
+    assert write("ci:a").status_code == 200
+    for path in ("/builds/1", "/builds/summary"):
+        assert httpx.get(server.url + path, headers=auth(secret), timeout=10).status_code == 200
+    dbname = pg_env.db.rsplit("/", 1)[1]
+    with pg_cluster.admin() as admin:
+        ended = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s", (dbname,)
+        ).fetchone()
+    assert ended[0] >= 2  # the server's read pool and its write connection
+    assert write("ci:b").status_code == 200
+    for path in ("/builds/1", "/builds/summary", "/healthz"):
+        assert httpx.get(server.url + path, headers=auth(secret), timeout=10).status_code == 200

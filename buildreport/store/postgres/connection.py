@@ -100,13 +100,26 @@ class PgConnection:
         if statement.startswith("PRAGMA"):
             return PgCursor(None)
         if statement == "BEGIN IMMEDIATE":
-            self._conn.execute("BEGIN")
+            self._begin("BEGIN")
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             return PgCursor(None)
         if statement == "BEGIN":  # a read of several statements sees one snapshot, as a SQLite read transaction
-            self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            self._begin("BEGIN ISOLATION LEVEL REPEATABLE READ")
             return PgCursor(None)
         return PgCursor(self._conn.execute(translate(sql), tuple(params)))
+
+    def _begin(self, statement: str) -> None:
+        """Begin a transaction; a connection that died while idle (a server restart, a failover) is replaced
+        first, as nothing of the transaction has been sent yet."""
+        try:
+            self._conn.execute(statement)
+        except psycopg.OperationalError:
+            if not self._conn.broken:
+                raise
+            self._conn.close()
+            self._conn = psycopg.connect(self.url, **connect_kwargs())
+            configure(self._conn)
+            self._conn.execute(statement)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> PgCursor:
         cursor = self._conn.cursor()

@@ -24,7 +24,7 @@ from buildreport.store.reader import Reader
 
 log = logging.getLogger("buildreport.store")
 POOL_SIZE = 4  # connections per server process and database
-OPEN_TIMEOUT = 10.0
+OPEN_TIMEOUT = 5.0  # seconds a request waits for a connection before it is told the database is away
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -41,10 +41,18 @@ async def _pool(url: str) -> AsyncConnectionPool:
 
 
 async def _fetch(pool: AsyncConnectionPool, query: queries.Query) -> list[tuple]:
+    """Rows of one statement. Idle connections die with a server restart or failover and the pool learns it
+    only by using them: a read that fails on a broken connection is tried once more on another."""
     sql, params = query
-    async with pool.connection() as conn:
-        cursor = await conn.execute(translate(sql), tuple(params))
-        return await cursor.fetchall() if cursor.description is not None else []
+    for attempt in (1, 2):
+        async with pool.connection() as conn:
+            try:
+                cursor = await conn.execute(translate(sql), tuple(params))
+                return await cursor.fetchall() if cursor.description is not None else []
+            except psycopg.OperationalError:
+                if attempt == 2 or not conn.broken:
+                    raise
+    raise AssertionError("unreachable")
 
 
 class PgReader(Reader):
