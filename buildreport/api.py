@@ -15,7 +15,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, Operation, Schema
 from litestar.params import PathParameter, QueryParameter
 
-from buildreport import filters, ingestion
+from buildreport import filters, ingestion, metrics
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.errors import NotFound
 from buildreport.models import (
@@ -367,6 +367,7 @@ async def write_builds(request: Request[Any, Any, Any]) -> Response[bytes]:
         result = await writes.write(_principal(request).account, records, now_us())
     except WriteConflicts as exc:
         raise ingestion.InvalidRecords(exc.invalid, status=409) from None
+    metrics.count_written(result.created, result.updated, result.unchanged)
     return Response(content=_ENCODE(result), media_type="application/json", headers={"Cache-Control": "no-store"})
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from litestar import Request, Response, Router, get
 from litestar.plugins.prometheus import PrometheusConfig
 from litestar.types import ASGIApp, Receive, Scope, Send
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -38,6 +38,49 @@ CONTENT_TYPE = "text/plain; version=0.0.4"
 def prometheus_config() -> PrometheusConfig:
     """Requests by route template, method and status; latency histogram; requests in progress."""
     return PrometheusConfig(app_name=PREFIX, prefix=PREFIX, group_path=True, exclude_unhandled_paths=True)
+
+
+class _Live:
+    """Metrics this process counts itself, made on first use: prometheus_client picks its multiprocess storage
+    when the first metric is made, after `serve` has named the folder for it."""
+
+    def __init__(self) -> None:
+        self._written: Counter | None = None
+        self._connections: Gauge | None = None
+
+    @property
+    def written(self) -> Counter:
+        if self._written is None:
+            self._written = Counter(
+                f"{PREFIX}_builds_written",
+                "Build records taken by POST /builds, by what they did: created, updated or unchanged.",
+                ["outcome"],
+            )
+        return self._written
+
+    @property
+    def connections(self) -> Gauge:
+        if self._connections is None:
+            self._connections = Gauge(
+                f"{PREFIX}_open_connections", "Open client connections, over every worker.", multiprocess_mode="livesum"
+            )
+        return self._connections
+
+
+LIVE = _Live()
+
+
+def count_written(created: int, updated: int, unchanged: int) -> None:
+    for outcome, count in (("created", created), ("updated", updated), ("unchanged", unchanged)):
+        LIVE.written.labels(outcome).inc(count)
+
+
+def connection_opened() -> None:
+    LIVE.connections.inc()
+
+
+def connection_closed() -> None:
+    LIVE.connections.dec()
 
 
 def _loopback(scope: Scope) -> bool:
@@ -82,7 +125,7 @@ class _Figures(Collector):
             cpu.add_metric([account, status], cpu_seconds)
         stored = GaugeMetricFamily(
             f"{PREFIX}_builds_stored",
-            "Builds in the database by account; its rate is builds written.",
+            "Builds in the database by account, whichever way they came (import, recorders, POST /builds).",
             labels=["account"],
         )
         for account, count in self._stored:

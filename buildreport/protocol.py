@@ -16,6 +16,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from buildreport import metrics
 from buildreport.config import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES
 from buildreport.problems import problem_body
 
@@ -60,10 +61,12 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        metrics.connection_opened()
         self._start_head_clock()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_clock()
+        metrics.connection_closed()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

@@ -167,3 +167,24 @@ def test_loopback_reads_metrics_without_a_token_only_when_configured(env, serve,
     assert os.environ.get("PROMETHEUS_MULTIPROC_DIR") is None
     opened.stop()
     assert list(scratch.iterdir()) == []  # one process keeps its samples in memory, nothing on disk
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_builds_written_and_open_connections_are_counted(env, serve, tmp_path, workers):
+    env.load([])
+    writer, reader = env.token(scopes=("build:write",)), env.token(scopes=("metrics:read",))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    server = serve(env.db, "--workers", workers, "--no-access-log", env={"TMPDIR": str(scratch)})
+    body = [{k: v for k, v in record(i).items() if k not in ("account", "build_id")} | {"source_id": f"ci:{i}"}
+            for i in range(1, 4)]  # fmt: skip
+    with httpx.Client(base_url=server.url, timeout=10) as first, httpx.Client(base_url=server.url, timeout=10) as other:
+        for client in (first, other, first):  # created three, then unchanged three twice
+            assert client.post("/builds", json=body, headers=auth(writer)).status_code == 200
+        written: set[tuple[float, float]] = set()
+        for _ in range(6):  # whichever worker answers, every worker's writes are in it
+            found = samples(first.get("/metrics", headers=auth(reader)).text)
+            written.add((found[("buildreport_builds_written_total", frozenset({("outcome", "created")}))],
+                         found[("buildreport_builds_written_total", frozenset({("outcome", "unchanged")}))]))
+            assert found[("buildreport_open_connections", frozenset())] >= 2  # these two clients at least
+    assert written == {(3.0, 6.0)}
