@@ -28,7 +28,3 @@ POSTGRESQL = Dialect(
     hash_list="string_agg(body_hash::text, ',' ORDER BY k1 DESC, k2 DESC)",
 )
 
-
-def of(conn: object) -> Dialect:
-    """The dialect of a synchronous connection of either engine."""
-    return POSTGRESQL if getattr(conn, "engine", "sqlite") == "postgresql" else SQLITE
