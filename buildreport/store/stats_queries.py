@@ -14,8 +14,9 @@ group is read on its own, as a range of an index that holds every figure it need
 
 Each row is `(value, status, figures, newest, newest_failed)`. `figures` is a JSON array: with a status,
 `[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
-`[successful, failed, discarded, running, cpu seconds, billable cpu seconds, [durations], [queue times]]`.
-`newest` and `newest_failed` are `"create_us build_id status"` when asked for, else null.
+`[builds, successful, discarded, unfinished, cpu seconds, unbilled cpu seconds, [durations], [queue times]]`.
+`newest` and `newest_failed` are `"create_us build_id status"` (numbers zero-padded to 20 digits, so that the
+greatest text is the newest build) when asked for, else null.
 """
 
 from __future__ import annotations
@@ -46,17 +47,21 @@ def _by_status(alias: str) -> str:
 
 
 def _by_kind(alias: str) -> str:
-    """A group's figures for builds of any status: the count of each kind, CPU seconds and billable ones."""
+    """A group's figures for builds of any status: all builds, the successful, discarded and unfinished ones,
+    CPU seconds and those of builds that are not billable. Statuses are compared one by one: cheaper per build
+    than `IN`, which SQLite answers from a small temporary index."""
+
+    def one_of(statuses: frozenset[BuildStatus]) -> str:
+        return " OR ".join(f"{alias}.status = '{s.value}'" for s in sorted(statuses, key=lambda s: s.value))
 
     def count(statuses: frozenset[BuildStatus]) -> str:
-        return f"count(CASE WHEN {alias}.status IN {in_list(statuses)} THEN 1 END)"
+        return f"count(CASE WHEN {one_of(statuses)} THEN 1 END)"
 
-    unbilled = in_list(frozenset(BuildStatus) - BILLABLE)
+    unbilled = frozenset(BuildStatus) - BILLABLE
     return (
-        f"'[' || {count(SUCCESSFUL)} || ',' || {count(FAILED)} || ',' || {count(DISCARDED)} || ','"
-        f" || {count(UNFINISHED)} || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ','"
-        f" || (coalesce(sum({alias}.cpu_seconds), 0)"
-        f" - coalesce(sum(CASE WHEN {alias}.status IN {unbilled} THEN {alias}.cpu_seconds END), 0))"
+        f"'[' || count(*) || ',' || {count(SUCCESSFUL)} || ',' || {count(DISCARDED)} || ',' || {count(UNFINISHED)}"
+        f" || ',' || coalesce(sum({alias}.cpu_seconds), 0)"
+        f" || ',' || coalesce(sum(CASE WHEN {one_of(unbilled)} THEN {alias}.cpu_seconds END), 0)"
         f" || ',' || {_arrays(alias)} || ']'"
     )
 
@@ -94,10 +99,10 @@ def _conditions(account_id: int, build_filter: BuildFilter) -> tuple[str, list[o
 
 
 def _newest(select: str, where: str, order: str, failed: bool) -> str:
-    """The newest build of a group (or its newest failed one) as `create_us build_id status`."""
+    """The newest build of a group (or its newest failed one) as `create_us build_id status`, zero-padded."""
     extra = f" AND b.status IN {in_list(FAILED)}" if failed else ""
     return (
-        f"(SELECT b.create_us || ' ' || b.build_id || ' ' || b.status {select} WHERE {where}{extra}"
+        f"(SELECT printf('%020d %020d ', b.create_us, b.build_id) || b.status {select} WHERE {where}{extra}"
         f" ORDER BY {order} LIMIT 1)"
     )
 
