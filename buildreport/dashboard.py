@@ -241,9 +241,12 @@ async def dashboard_page(
     account = claims.account_id
     kind = "hour" if query.window == "24h" else "day"
     window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], tags=query.tags)
-    period_rows = await reader.stats_rows(account, window, GroupBy(kind))
+    # The page shows no queue times: their arrays stay empty.
+    period_rows = await reader.stats_rows(account, window, GroupBy(kind), queue_times=False)
     periods = build_stats(period_rows, StatsQuery(window, GroupBy(kind), end_us=now))
-    by_path = decode_rows(await reader.stats_rows(account, window, GroupBy("derivation_path"), newest=True))
+    by_path = decode_rows(
+        await reader.stats_rows(account, window, GroupBy("derivation_path"), newest=True, queue_times=False)
+    )
     by_name = groups_with_newest(by_path, window, "derivation", now)
     # The flaky table shows counts only: no percentiles per path.
     by_path_groups = groups_with_newest(by_path, window, "derivation_path", now, with_percentiles=False)

@@ -202,9 +202,10 @@ class Reader:
     # --- insights (statistics, usage by group, export) -------------------------------------------
 
     async def stats_rows(
-        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False
+        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False,
+        queue_times: bool = True,
     ) -> list[tuple]:
-        return await self._rows(stats_queries.stats_rows(account_id, build_filter, group_by, newest))
+        return await self._rows(stats_queries.stats_rows(account_id, build_filter, group_by, newest, queue_times))
 
     async def usage_rows(self, account_id: int, query: UsageQuery, group_by: GroupBy) -> list[tuple]:
         """Usage rows for a breakdown: by day and by system summed in SQL, by tag one row a build."""
