@@ -113,7 +113,7 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         bounds, bounds_params = "SELECT ?", [build_filter.create_to_us]
     else:  # up to the account's newest build, wherever it lies
         bounds, bounds_params = "SELECT coalesce(max(create_us), 0) + 1 FROM builds WHERE account_id = ?", [account_id]
-    statuses = [s.value for s in build_filter.statuses] or [s.value for s in BuildStatus]
+    statuses = list(dict.fromkeys(s.value for s in build_filter.statuses or BuildStatus))  # each status once
     first_end = low - low % period + period
     sql = (
         f"WITH RECURSIVE bounds(end_us) AS ({bounds}),"
