@@ -4,8 +4,9 @@ Like queries.py, SQL is built only from the shape of a request, never from its t
 queue time are read from the columns `duration_text` and `queue_text`, the numbers' own text in the build's
 JSON: percentiles repeat exactly the values a client reads from /builds, and no build's JSON is parsed.
 
-Statistics never sort the window's builds in SQLite (a sort costs more than everything else together). Each
-group is read on its own, as a range of an index that holds every figure it needs:
+Statistics by time, tag and derivation never sort the window's builds in SQLite (on a year of builds the sort
+costs more than everything else together). Each group is read on its own, as ranges of an index that holds
+every figure it needs:
 
 - time groups (no tag filter): one range of `builds_for_stats` per period and status;
 - tag groups: the tag's values, found one by one in the tag index, then each value's builds in the window;
