@@ -510,6 +510,22 @@ class Bench:
         self.say(f"{name}: {result['rps']:,.0f} req/s, p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms")
         return result
 
+    def settle(self, server: Server, quiet_ms: float = 50.0, limit_s: float = 120.0) -> None:
+        """Wait until the server has worked off the requests a load run left queued (wrk stops at its deadline
+        with up to 32 slow requests in flight): /healthz reads the database too, so it answers quickly only
+        once they are done. The next measurement then starts on an idle server."""
+        deadline = time.perf_counter() + limit_s
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            try:
+                status, _, _ = get(server.port, "/healthz", timeout=limit_s)
+            except OSError:
+                return
+            if status == 200 and (time.perf_counter() - started) * 1000 < quiet_ms:
+                return
+            time.sleep(0.05)
+        self.notes.append(f"the server was still busy {limit_s:.0f} s after a load run")
+
     def pick_client(self) -> None:
         wanted = os.environ.get("BENCH_CLIENT", "").strip().lower()
         self.wrk = load.wrk_path()
@@ -546,6 +562,7 @@ class Bench:
                     continue
                 for connections, threads in LOADS:
                     entry[f"c{connections}"] = self.load(server, ep, connections, threads)
+                    self.settle(server)
             try:
                 exported = self.export(server)
             except Exception as exc:

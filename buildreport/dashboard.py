@@ -23,7 +23,7 @@ from buildreport.errors import Problem
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
-from buildreport.stats import Newest, build_stats, build_stats_with_newest, derivation_name
+from buildreport.stats import Decoded, Newest, build_stats, build_stats_with_newest, decode_rows, derivation_name
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_DAY, US_PER_SECOND, from_us, month_start_us, now_us
 from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view
@@ -241,11 +241,15 @@ async def dashboard_page(
     account = claims.account_id
     kind = "hour" if query.window == "24h" else "day"
     window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], tags=query.tags)
-    period_rows = await reader.stats_rows(account, window, GroupBy(kind))
+    # The page shows no queue times: their arrays stay empty.
+    period_rows = await reader.stats_rows(account, window, GroupBy(kind), queue_times=False)
     periods = build_stats(period_rows, StatsQuery(window, GroupBy(kind), end_us=now))
-    by_path = await reader.stats_rows(account, window, GroupBy("derivation_path"), newest=True)
+    by_path = decode_rows(
+        await reader.stats_rows(account, window, GroupBy("derivation_path"), newest=True, queue_times=False)
+    )
     by_name = groups_with_newest(by_path, window, "derivation", now)
-    by_path_groups = groups_with_newest(by_path, window, "derivation_path", now)
+    # The flaky table shows counts only: no percentiles per path.
+    by_path_groups = groups_with_newest(by_path, window, "derivation_path", now, with_percentiles=False)
     month = month_start_us(now)
     this_month = await reader.usage(account, filters.UsageQuery(from_us=month))
     last_month = await reader.usage(account, filters.UsageQuery(from_us=month_start_us(month - 1), to_us=month))
@@ -293,11 +297,12 @@ async def dashboard_page(
     )
 
 
-def groups_with_newest(rows: Sequence[tuple], window: BuildFilter, kind: str, now: int) -> list[tuple]:
+def groups_with_newest(
+    rows: Sequence[Decoded], window: BuildFilter, kind: str, now: int, with_percentiles: bool = True
+) -> list[tuple]:
     """Every value group of the rows (no limit) with its newest builds: the derivation tables pick from them."""
-    return build_stats_with_newest(
-        rows, StatsQuery(filter=window, group_by=GroupBy(kind), end_us=now, limit=max(len(rows), 1))
-    )
+    query = StatsQuery(filter=window, group_by=GroupBy(kind), end_us=now, limit=max(len(rows), 1))
+    return build_stats_with_newest(rows, query, with_percentiles)
 
 
 def dashboard_router() -> Router:

@@ -35,6 +35,7 @@ _KIND = {
 }
 _BILLABLE = frozenset(s.value for s in BILLABLE)
 _KINDS = ("successful", "failed", "discarded", "running")
+_KIND_INDEX = {status: _KINDS.index(kind) for status, kind in _KIND.items()}
 
 
 def nearest_rank(ordered: Sequence[float], percent: int) -> float:
@@ -43,8 +44,9 @@ def nearest_rank(ordered: Sequence[float], percent: int) -> float:
     return ordered[rank - 1]
 
 
-def percentiles(values: Iterable[float]) -> Percentiles | None:
-    ordered = sorted(values)
+def percentiles(ordered: list[float]) -> Percentiles | None:
+    """The percentiles of a group's values; sorts the list in place (a copy of a year's values costs)."""
+    ordered.sort()
     if not ordered:
         return None
     return Percentiles(
@@ -82,63 +84,64 @@ class Newest(NamedTuple):
     value: Any  # the grouping value of its row, e.g. the derivation path
 
 
-def _mark(text: str | None, value: Any) -> Newest | None:
-    """A row's `create_us build_id status`, as a Newest of the row's value."""
-    if text is None:
+def _mark(mark: tuple[str, Any] | None) -> Newest | None:
+    """A group's newest row, `create_us build_id status` zero-padded, as a Newest of the row's value."""
+    if mark is None:
         return None
-    create_us, build_id, status = text.split()
-    return Newest(int(create_us), int(build_id), status, value)
+    create_us, build_id, status = mark[0].split()
+    return Newest(int(create_us), int(build_id), status, mark[1])
 
 
-def _later(a: Newest | None, b: Newest | None) -> Newest | None:
-    if a is None or (b is not None and (b.create_us, b.build_id) > (a.create_us, a.build_id)):
-        return b
-    return a
+def _later(mark: tuple[str, Any] | None, text: str | None, value: Any) -> tuple[str, Any] | None:
+    # Zero-padded numbers: the greater text is the newer build.
+    return (text, value) if text is not None and (mark is None or text > mark[0]) else mark
 
 
 class _Group:
     """One group's sums, filled from its rows."""
 
-    __slots__ = ("billable_cpu", "counts", "cpu", "durations", "newest", "newest_failed", "queues")
+    __slots__ = ("billable_cpu", "build_count", "counts", "cpu", "durations", "newest", "newest_failed", "queues")
 
     def __init__(self) -> None:
-        self.counts = dict.fromkeys(_KINDS, 0)
+        self.counts = [0, 0, 0, 0]  # successful, failed, discarded, running
+        self.build_count = 0
         self.cpu = 0
         self.billable_cpu = 0
         self.durations: list[float] = []
         self.queues: list[float] = []
-        self.newest: Newest | None = None
-        self.newest_failed: Newest | None = None
+        self.newest: tuple[str, Any] | None = None
+        self.newest_failed: tuple[str, Any] | None = None
 
     def add(self, value: Any, figures: _Figures, newest: str | None, newest_failed: str | None) -> None:
         counts, cpu, billable_cpu, durations, queues = figures
-        for kind, builds in zip(self.counts, counts, strict=True):
-            self.counts[kind] += builds
+        own = self.counts
+        own[0] += counts[0]
+        own[1] += counts[1]
+        own[2] += counts[2]
+        own[3] += counts[3]
+        self.build_count += counts[0] + counts[1] + counts[2] + counts[3]
         self.cpu += cpu
         self.billable_cpu += billable_cpu
         self.durations += durations
         self.queues += queues
-        self.newest = _later(self.newest, _mark(newest, value))
-        self.newest_failed = _later(self.newest_failed, _mark(newest_failed, value))
+        if newest is not None:
+            self.newest = _later(self.newest, newest, value)
+            self.newest_failed = _later(self.newest_failed, newest_failed, value)
 
-    @property
-    def build_count(self) -> int:
-        return sum(self.counts.values())
-
-    def result(self, key: str) -> BuildStatsGroup:
-        ok, failed = self.counts["successful"], self.counts["failed"]
+    def result(self, key: str, with_percentiles: bool = True) -> BuildStatsGroup:
+        ok, failed, discarded, running = self.counts
         return BuildStatsGroup(
             key=key,
             build_count=self.build_count,
-            running_build_count=self.counts["running"],
-            discarded_build_count=self.counts["discarded"],
+            running_build_count=running,
+            discarded_build_count=discarded,
             failed_build_count=failed,
             successful_build_count=ok,
             success_rate=ok / (ok + failed) if ok + failed else None,
             total_cpu_seconds=self.cpu,
             billable_cpu_seconds=self.billable_cpu,
-            duration_seconds=percentiles(self.durations),
-            queue_time_seconds=percentiles(self.queues),
+            duration_seconds=percentiles(self.durations) if with_percentiles else None,
+            queue_time_seconds=percentiles(self.queues) if with_percentiles else None,
         )
 
 
@@ -151,21 +154,32 @@ def _figures(status: str | None, text: str) -> _Figures:
     """The figures of a row of stats_rows: of builds of one status, or of every kind. The numbers are decoded
     from the JSON text of the values as stored, so they are exactly the values a client reads."""
     if status is None:
-        ok, failed, discarded, running, cpu, billable_cpu, durations, queues = _BY_KIND.decode(text)
-        return (ok, failed, discarded, running), cpu, billable_cpu, durations, queues
+        builds, ok, discarded, running, cpu, unbilled_cpu, durations, queues = _BY_KIND.decode(text)
+        return (ok, builds - ok - discarded - running, discarded, running), cpu, cpu - unbilled_cpu, durations, queues
     builds, cpu, durations, queues = _BY_STATUS.decode(text)
-    kind = _KIND[status]
-    counts = tuple(builds if k == kind else 0 for k in _KINDS)
-    return counts, cpu, cpu if status in _BILLABLE else 0, durations, queues  # type: ignore[return-value]
+    counts = [0, 0, 0, 0]
+    counts[_KIND_INDEX[status]] = builds
+    return tuple(counts), cpu, cpu if status in _BILLABLE else 0, durations, queues  # type: ignore[return-value]
 
 
-def _grouped(rows: Iterable[tuple], group_by: GroupBy) -> dict[Any, _Group]:
-    groups: dict[Any, _Group] = {}
-    names: dict[str, str] = {}
+# A row of stats_rows with its figures decoded: (value, figures, newest, newest failed).
+Decoded = tuple[Any, _Figures, str | None, str | None]
+
+
+def decode_rows(rows: Iterable[tuple]) -> list[Decoded]:
+    """The rows of stats_rows with builds in them, their figures decoded (once, however often they are grouped)."""
+    decoded = []
     for value, status, text, newest, newest_failed in rows:
         figures = _figures(status, text)
-        if figures[0] == _NO_BUILDS:
-            continue  # a period, status or value without builds in the window
+        if figures[0] != _NO_BUILDS:  # a period, status or value without builds in the window has none
+            decoded.append((value, figures, newest, newest_failed))
+    return decoded
+
+
+def _grouped(rows: Iterable[Decoded], group_by: GroupBy) -> dict[Any, _Group]:
+    groups: dict[Any, _Group] = {}
+    names: dict[str, str] = {}
+    for value, figures, newest, newest_failed in rows:
         if group_by.kind == "derivation":
             key = names.get(value) or names.setdefault(value, derivation_name(value))
         else:
@@ -198,16 +212,18 @@ def _key(kind: str, key: Any) -> str:
 def build_stats(rows: Iterable[tuple], query: StatsQuery) -> list[BuildStatsGroup]:
     """The groups of /builds/stats from the rows of `stats_queries.stats_rows`."""
     kind = query.group_by.kind
-    return [group.result(_key(kind, key)) for key, group in _ordered(_grouped(rows, query.group_by), query)]
+    groups = _grouped(decode_rows(rows), query.group_by)
+    return [group.result(_key(kind, key)) for key, group in _ordered(groups, query)]
 
 
 def build_stats_with_newest(
-    rows: Iterable[tuple], query: StatsQuery
+    rows: Iterable[Decoded], query: StatsQuery, with_percentiles: bool = True
 ) -> list[tuple[BuildStatsGroup, Newest | None, Newest | None]]:
-    """As build_stats, with each group's newest build and newest failed build (for the dashboard's links)."""
+    """As build_stats from decoded rows, with each group's newest build and newest failed build (for the
+    dashboard's links); without percentiles when the caller shows none."""
     kind = query.group_by.kind
     return [
-        (group.result(_key(kind, key)), group.newest, group.newest_failed)
+        (group.result(_key(kind, key), with_percentiles), _mark(group.newest), _mark(group.newest_failed))
         for key, group in _ordered(_grouped(rows, query.group_by), query)
     ]
 

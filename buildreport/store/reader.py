@@ -121,9 +121,11 @@ class Reader(abc.ABC):
     # --- insights (statistics, usage by group, export) -------------------------------------------
 
     async def stats_rows(
-        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False
+        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False,
+        queue_times: bool = True,
     ) -> list[tuple]:
-        return await self._rows(self.engine_stats.stats_rows(account_id, build_filter, group_by, newest))
+        query = self.engine_stats.stats_rows(account_id, build_filter, group_by, newest, queue_times)
+        return await self._rows(query)
 
     async def usage_rows(self, account_id: int, query: UsageQuery, group_by: GroupBy) -> list[tuple]:
         """Usage rows for a breakdown: by day and by system summed in SQL, by tag one row a build."""

@@ -4,8 +4,9 @@ Like queries.py, SQL is built only from the shape of a request, never from its t
 queue time are read from the columns `duration_text` and `queue_text`, the numbers' own text in the build's
 JSON: percentiles repeat exactly the values a client reads from /builds, and no build's JSON is parsed.
 
-Statistics never sort the window's builds in SQLite (a sort costs more than everything else together). Each
-group is read on its own, as a range of an index that holds every figure it needs:
+Statistics by time, tag and derivation never sort the window's builds in SQLite (on a year of builds the sort
+costs more than everything else together). Each group is read on its own, as ranges of an index that holds
+every figure it needs:
 
 - time groups (no tag filter): one range of `builds_for_stats` per period and status;
 - tag groups: the tag's values, found one by one in the tag index, then each value's builds in the window;
@@ -14,8 +15,9 @@ group is read on its own, as a range of an index that holds every figure it need
 
 Each row is `(value, status, figures, newest, newest_failed)`. `figures` is a JSON array: with a status,
 `[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
-`[successful, failed, discarded, running, cpu seconds, billable cpu seconds, [durations], [queue times]]`.
-`newest` and `newest_failed` are `"create_us build_id status"` when asked for, else null.
+`[builds, successful, discarded, unfinished, cpu seconds, unbilled cpu seconds, [durations], [queue times]]`.
+`newest` and `newest_failed` are `"create_us build_id status"` (numbers zero-padded to 20 digits, so that the
+greatest text is the newest build) when asked for, else null.
 """
 
 from __future__ import annotations
@@ -29,35 +31,38 @@ from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sq
 
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
 # Names of the row sources a statistics query makes itself (not tables): scanning them reads no table.
-ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths")
+ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "v", "value_groups")
 
 
-def _arrays(alias: str) -> str:
-    """The durations and queue times of the rows, as two JSON arrays (nulls left out by group_concat)."""
-    return (
-        f"'[' || coalesce(group_concat({alias}.duration_text), '') || '],[' ||"
-        f" coalesce(group_concat({alias}.queue_text), '') || ']'"
-    )
+def _arrays(alias: str, queues: bool) -> str:
+    """The durations and queue times of the rows, as two JSON arrays (nulls left out by group_concat); the
+    second empty unless `queues`."""
+    queue_times = f"coalesce(group_concat({alias}.queue_text), '')" if queues else "''"
+    return f"'[' || coalesce(group_concat({alias}.duration_text), '') || '],[' || {queue_times} || ']'"
 
 
-def _by_status(alias: str) -> str:
+def _by_status(alias: str, queues: bool) -> str:
     """A group's figures for builds of one status."""
-    return f"'[' || count(*) || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ',' || {_arrays(alias)} || ']'"
+    return f"'[' || count(*) || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ',' || {_arrays(alias, queues)} || ']'"
 
 
-def _by_kind(alias: str) -> str:
-    """A group's figures for builds of any status: the count of each kind, CPU seconds and billable ones."""
+def _by_kind(alias: str, queues: bool) -> str:
+    """A group's figures for builds of any status: all builds, the successful, discarded and unfinished ones,
+    CPU seconds and those of builds that are not billable. Statuses are compared one by one: cheaper per build
+    than `IN`, which SQLite answers from a small temporary index."""
+
+    def one_of(statuses: frozenset[BuildStatus]) -> str:
+        return " OR ".join(f"{alias}.status = '{s.value}'" for s in sorted(statuses, key=lambda s: s.value))
 
     def count(statuses: frozenset[BuildStatus]) -> str:
-        return f"count(CASE WHEN {alias}.status IN {in_list(statuses)} THEN 1 END)"
+        return f"count(CASE WHEN {one_of(statuses)} THEN 1 END)"
 
-    unbilled = in_list(frozenset(BuildStatus) - BILLABLE)
+    unbilled = frozenset(BuildStatus) - BILLABLE
     return (
-        f"'[' || {count(SUCCESSFUL)} || ',' || {count(FAILED)} || ',' || {count(DISCARDED)} || ','"
-        f" || {count(UNFINISHED)} || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ','"
-        f" || (coalesce(sum({alias}.cpu_seconds), 0)"
-        f" - coalesce(sum(CASE WHEN {alias}.status IN {unbilled} THEN {alias}.cpu_seconds END), 0))"
-        f" || ',' || {_arrays(alias)} || ']'"
+        f"'[' || count(*) || ',' || {count(SUCCESSFUL)} || ',' || {count(DISCARDED)} || ',' || {count(UNFINISHED)}"
+        f" || ',' || coalesce(sum({alias}.cpu_seconds), 0)"
+        f" || ',' || coalesce(sum(CASE WHEN {one_of(unbilled)} THEN {alias}.cpu_seconds END), 0)"
+        f" || ',' || {_arrays(alias, queues)} || ']'"
     )
 
 
@@ -94,22 +99,22 @@ def _conditions(account_id: int, build_filter: BuildFilter) -> tuple[str, list[o
 
 
 def _newest(select: str, where: str, order: str, failed: bool) -> str:
-    """The newest build of a group (or its newest failed one) as `create_us build_id status`."""
+    """The newest build of a group (or its newest failed one) as `create_us build_id status`, zero-padded."""
     extra = f" AND b.status IN {in_list(FAILED)}" if failed else ""
     return (
-        f"(SELECT b.create_us || ' ' || b.build_id || ' ' || b.status {select} WHERE {where}{extra}"
+        f"(SELECT printf('%020d %020d ', b.create_us, b.build_id) || b.status {select} WHERE {where}{extra}"
         f" ORDER BY {order} LIMIT 1)"
     )
 
 
-def _time_groups(account_id: int, build_filter: BuildFilter, period: int) -> Query:
+def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues: bool) -> Query:
     """Figures per period and status, each period of the window read from `builds_for_stats` by status."""
     low = build_filter.create_from_us
     if build_filter.create_to_us is not None:
         bounds, bounds_params = "SELECT ?", [build_filter.create_to_us]
     else:  # up to the account's newest build, wherever it lies
         bounds, bounds_params = "SELECT coalesce(max(create_us), 0) + 1 FROM builds WHERE account_id = ?", [account_id]
-    statuses = [s.value for s in build_filter.statuses] or [s.value for s in BuildStatus]
+    statuses = list(dict.fromkeys(s.value for s in build_filter.statuses or BuildStatus))  # each status once
     first_end = low - low % period + period
     sql = (
         f"WITH RECURSIVE bounds(end_us) AS ({bounds}),"
@@ -119,7 +124,7 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int) -> Que
         " SELECT periods.high, CASE WHEN periods.high + ? < end_us THEN periods.high + ? ELSE end_us END"
         " FROM periods, bounds WHERE periods.high < end_us),"
         f" statuses(status) AS (VALUES {','.join('(?)' for _ in statuses)})"
-        f" SELECT periods.low - periods.low % ?, statuses.status, (SELECT {_by_status('b')} FROM builds b"
+        f" SELECT periods.low - periods.low % ?, statuses.status, (SELECT {_by_status('b', queues)} FROM builds b"
         " WHERE b.account_id = ? AND b.status = statuses.status"
         " AND b.create_us >= periods.low AND b.create_us < periods.high),"
         " NULL, NULL FROM periods, statuses"
@@ -128,7 +133,30 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int) -> Que
     return sql, params
 
 
-def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bool) -> Query:
+def _value_groups(name: str, values: str, values_params: list[object], select: str, where: str,
+                  where_params: list[object], order: str, newest: bool, queues: bool) -> Query:
+    """Figures per value of the recursive row source `name` (each value found by one step in an index): one
+    subquery per value reads its builds; `where` names the value as `{value}`. Only groups with builds get
+    their newest builds, so values without builds in the window cost no more than two lookups."""
+    figures = f"(SELECT {_by_kind('b', queues)} {select} WHERE {where.format(value='v.value')})"
+    sql = (
+        f"WITH RECURSIVE {name}(value) AS ({values}),"
+        f" value_groups(value, figures) AS MATERIALIZED (SELECT v.value, {figures} FROM {name} v"
+        " WHERE v.value IS NOT NULL)"
+        " SELECT value_groups.value, NULL, value_groups.figures"
+    )
+    params = [*values_params, *where_params]
+    if newest:
+        own = where.format(value="value_groups.value")
+        sql += f", {_newest(select, own, order, False)}, {_newest(select, own, order, True)}"
+        params += [*where_params, *where_params]
+    else:
+        sql += ", NULL, NULL"
+    # A group without builds has figures beginning with its count, 0.
+    return sql + " FROM value_groups WHERE substr(value_groups.figures, 1, 3) <> '[0,'", params
+
+
+def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bool, queues: bool) -> Query:
     """Figures per value of the tag `key`: its values found one by one in the tag index, each value's builds in
     the window read through `builds_by_time`, which holds their figures.
 
@@ -136,56 +164,39 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bo
     turning the tag row's time into a range of builds."""
     window, window_params = _window("g.create_us", build_filter)
     conditions, condition_params = _conditions(account_id, build_filter)
+    values = (
+        "SELECT min(value) FROM build_tags WHERE account_id = ? AND key = ?"
+        " UNION ALL"
+        " SELECT (SELECT min(t.value) FROM build_tags t"
+        " WHERE t.account_id = ? AND t.key = ? AND t.value > tag_values.value)"
+        " FROM tag_values WHERE tag_values.value IS NOT NULL"
+    )
     select = (
         "FROM build_tags g JOIN builds b ON b.account_id = g.account_id AND b.create_us = +g.create_us"
         " AND +b.build_id = g.build_id"
     )
-    where = f"g.account_id = ? AND g.key = ? AND g.value = tag_values.value{window}{conditions}"
+    where = f"g.account_id = ? AND g.key = ? AND g.value = {{value}}{window}{conditions}"
     where_params = [account_id, key, *window_params, *condition_params]
-    columns, column_params = f"(SELECT {_by_kind('b')} {select} WHERE {where})", list(where_params)
-    if newest:
-        order = "g.create_us DESC, g.build_id DESC"
-        columns += f", {_newest(select, where, order, False)}, {_newest(select, where, order, True)}"
-        column_params += [*where_params, *where_params]
-    else:
-        columns += ", NULL, NULL"
-    sql = (
-        "WITH RECURSIVE tag_values(value) AS ("
-        " SELECT min(value) FROM build_tags WHERE account_id = ? AND key = ?"
-        " UNION ALL"
-        " SELECT (SELECT min(t.value) FROM build_tags t"
-        " WHERE t.account_id = ? AND t.key = ? AND t.value > tag_values.value)"
-        " FROM tag_values WHERE tag_values.value IS NOT NULL)"
-        f" SELECT tag_values.value, NULL, {columns} FROM tag_values WHERE tag_values.value IS NOT NULL"
-    )
-    return sql, [account_id, key, account_id, key, *column_params]
+    return _value_groups("tag_values", values, [account_id, key, account_id, key], select, where, where_params,
+                         "g.create_us DESC, g.build_id DESC", newest, queues)
 
 
-def _derivation_groups(account_id: int, build_filter: BuildFilter, newest: bool) -> Query:
+def _derivation_groups(account_id: int, build_filter: BuildFilter, newest: bool, queues: bool) -> Query:
     """Figures per derivation path: the paths found one by one in `builds_by_derivation`, each path's builds
     in the window read from the same index, which holds their figures."""
     window, window_params = _window("b.create_us", build_filter)
     conditions, condition_params = _conditions(account_id, build_filter)
-    select = "FROM builds b"
-    where = f"b.account_id = ? AND b.derivation_path = paths.value{window}{conditions}"
-    where_params = [account_id, *window_params, *condition_params]
-    columns, column_params = f"(SELECT {_by_kind('b')} {select} WHERE {where})", list(where_params)
-    if newest:
-        order = "b.create_us DESC, b.build_id DESC"
-        columns += f", {_newest(select, where, order, False)}, {_newest(select, where, order, True)}"
-        column_params += [*where_params, *where_params]
-    else:
-        columns += ", NULL, NULL"
-    sql = (
-        "WITH RECURSIVE paths(value) AS ("
-        " SELECT min(derivation_path) FROM builds WHERE account_id = ?"
+    values = (
+        "SELECT min(derivation_path) FROM builds WHERE account_id = ?"
         " UNION ALL"
         " SELECT (SELECT min(d.derivation_path) FROM builds d"
         " WHERE d.account_id = ? AND d.derivation_path > paths.value)"
-        " FROM paths WHERE paths.value IS NOT NULL)"
-        f" SELECT paths.value, NULL, {columns} FROM paths WHERE paths.value IS NOT NULL"
+        " FROM paths WHERE paths.value IS NOT NULL"
     )
-    return sql, [account_id, account_id, *column_params]
+    where = f"b.account_id = ? AND b.derivation_path = {{value}}{window}{conditions}"
+    return _value_groups("paths", values, [account_id, account_id], "FROM builds b", where,
+                         [account_id, *window_params, *condition_params], "b.create_us DESC, b.build_id DESC",
+                         newest, queues)
 
 
 # The value each grouping of the one-pass query groups by; time groupings, the start of its period.
@@ -197,25 +208,28 @@ _GROUP_COLUMNS = {
 }
 
 
-def _grouped_in_one_pass(account_id: int, build_filter: BuildFilter, group_by: GroupBy) -> Query:
+def _grouped_in_one_pass(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queues: bool) -> Query:
     source, where, params = _filter_sql(account_id, build_filter, "b")
     sql = (
-        f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, {_by_status('b')}, NULL, NULL"
+        f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, {_by_status('b', queues)}, NULL, NULL"
         f" FROM {source} WHERE {where} GROUP BY g, b.status"
     )
     return sql, params
 
 
-def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False) -> Query:
+def stats_rows(
+    account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False, queue_times: bool = True
+) -> Query:
     """The figures of each group of the matching builds (see the module's docstring for the rows); `newest`
-    adds each group's newest build and newest failed build, for groups by tag or derivation."""
+    adds each group's newest build and newest failed build, for groups by tag or derivation; without
+    `queue_times` their arrays are left empty."""
     if group_by.kind in _PERIODS and not build_filter.tags and build_filter.derivation_path is None:
-        return _time_groups(account_id, build_filter, _PERIODS[group_by.kind])
+        return _time_groups(account_id, build_filter, _PERIODS[group_by.kind], queue_times)
     if group_by.kind == "tag" and group_by.tag_key is not None:
-        return _tag_groups(account_id, build_filter, group_by.tag_key, newest)
+        return _tag_groups(account_id, build_filter, group_by.tag_key, newest, queue_times)
     if group_by.kind in ("derivation", "derivation_path"):
-        return _derivation_groups(account_id, build_filter, newest)
-    return _grouped_in_one_pass(account_id, build_filter, group_by)
+        return _derivation_groups(account_id, build_filter, newest, queue_times)
+    return _grouped_in_one_pass(account_id, build_filter, group_by, queue_times)
 
 
 def _stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:

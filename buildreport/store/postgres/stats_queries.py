@@ -21,9 +21,10 @@ _GROUP_COLUMNS = {
     "derivation": "b.derivation_path",
     "derivation_path": "b.derivation_path",
 }
+_QUEUES = "coalesce(string_agg(b.queue_text, ','), '')"
 _FIGURES = (
-    "'[' || count(*) || ',' || coalesce(sum(b.cpu_seconds), 0) || ',[' || coalesce(string_agg(b.duration_text, ','"
-    " ORDER BY b.build_id), '') || '],[' || coalesce(string_agg(b.queue_text, ',' ORDER BY b.build_id), '') || ']]'"
+    "'[' || count(*) || ',' || coalesce(sum(b.cpu_seconds), 0) || ',[' || coalesce(string_agg(b.duration_text, ','),"
+    f" '') || '],[' || {_QUEUES} || ']]'"
 )
 _MARK = "b.create_us || ' ' || b.build_id || ' ' || b.status"
 _NEWEST = f"(array_agg({_MARK} ORDER BY b.create_us DESC, b.build_id DESC))[1]"
@@ -32,18 +33,21 @@ _NEWEST_FAILED = (
 )
 
 
-def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False) -> Query:
+def stats_rows(
+    account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False, queue_times: bool = True
+) -> Query:
     source, where, params = _filter_sql(account_id, build_filter, "b")
     marks = f"{_NEWEST}, {_NEWEST_FAILED}" if newest else "NULL, NULL"
+    figures = _FIGURES if queue_times else _FIGURES.replace(_QUEUES, "''")
     if group_by.kind == "tag" and group_by.tag_key is not None:
         # The tag's value from the tag index: builds without the tag are in no group.
         source += " JOIN build_tags g ON g.account_id = b.account_id AND g.build_id = b.build_id AND g.key = ?"
         return (
-            f"SELECT g.value, b.status, {_FIGURES}, {marks} FROM {source} WHERE {where} GROUP BY g.value, b.status",
+            f"SELECT g.value, b.status, {figures}, {marks} FROM {source} WHERE {where} GROUP BY g.value, b.status",
             [group_by.tag_key, *params],
         )
     column = _GROUP_COLUMNS[group_by.kind]
-    sql = f"SELECT {column} AS g, b.status, {_FIGURES}, {marks} FROM {source} WHERE {where} GROUP BY 1, 2"
+    sql = f"SELECT {column} AS g, b.status, {figures}, {marks} FROM {source} WHERE {where} GROUP BY 1, 2"
     return sql, params
 
 
