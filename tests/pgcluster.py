@@ -47,7 +47,8 @@ SETTINGS = {
 
 # Local connections (the socket in the folder) and TCP from 127.0.0.1 only; anything else has no line, so it
 # is refused.
-HBA = "local all all trust\nhost all all 127.0.0.1/32 trust\n"
+# Streaming replicas of the cluster connect from 127.0.0.1 too.
+HBA = "local all all trust\nhost all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n"
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -173,6 +174,34 @@ class PgCluster:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         raise AssertionError("unreachable")
+
+    def start_replica(self, timeout: float = 30.0) -> PgCluster:
+        """A streaming replica of this cluster (pg_basebackup), in a folder of its own, on another free port;
+        stop it with `stop()` like any cluster."""
+        folder = Path(tempfile.mkdtemp(prefix="buildreport-pg-replica-", dir=_base_folder(self.user)))
+        try:
+            if self.user is not None:
+                os.chown(folder, self.user.pw_uid, self.user.pw_gid)
+            command = [
+                str(self.bin_dir / "pg_basebackup"), "--pgdata", str(folder / "data"), "--host", self.host,
+                "--port", str(self.port), "--username", SUPERUSER, "--write-recovery-conf", "--wal-method", "stream",
+                "--checkpoint", "fast", "--no-sync",
+            ]  # fmt: skip
+            done = subprocess.run(
+                command, cwd=folder, env=_clean_environment(), stdin=subprocess.DEVNULL, capture_output=True,
+                timeout=120, **self._run_as(self.user),
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError(f"pg_basebackup failed ({done.returncode}):\n{(done.stdout + done.stderr).decode()}")
+            replica = self._launch(self.bin_dir, folder, self.user, free_port())
+            if not replica._wait_ready(timeout):
+                log = replica.log.read_text(errors="replace")
+                replica._stop_process()
+                raise RuntimeError(f"the replica did not start within {timeout}s; its log:\n{log}")
+            return replica
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
 
     @staticmethod
     def _run_as(user: pwd.struct_passwd | None) -> dict[str, object]:

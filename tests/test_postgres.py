@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -124,11 +125,51 @@ def test_a_server_keeps_answering_after_the_database_drops_its_connections(pg_en
     for path in ("/builds/1", "/builds/summary"):
         assert httpx.get(server.url + path, headers=auth(secret), timeout=10).status_code == 200
     dbname = pg_env.db.rsplit("/", 1)[1]
-    with pg_cluster.admin() as admin:
-        ended = admin.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s", (dbname,)
-        ).fetchone()
+    ended = pg_cluster.admin().execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = %s", (dbname,)
+    ).fetchone()
     assert ended[0] >= 2  # the server's read pool and its write connection
     assert write("ci:b").status_code == 200
     for path in ("/builds/1", "/builds/summary", "/healthz"):
         assert httpx.get(server.url + path, headers=auth(secret), timeout=10).status_code == 200
+
+
+def test_reads_go_to_a_replica_and_token_checks_to_the_primary(pg_cluster, tmp_path, serve):
+    """With `--read-db`, lists come from the replica (here held back by pausing its replay), while a build by
+    id, the token check and writes go to the primary: a revocation holds at once whatever the replica lags."""
+    import psycopg
+
+    name = pg_cluster.create_database()
+    env = Env(tmp_path, pg_cluster.url(name))
+    env.load([record(1)])
+    secret = env.token()
+    replica = pg_cluster.start_replica()
+    try:
+        replica_db = replica.url(name)
+        deadline = time.monotonic() + 30
+        while query(replica_db, "SELECT count(*) FROM builds") != [(1,)]:
+            assert time.monotonic() < deadline, "the replica never caught up"
+            time.sleep(0.1)
+        server = serve(env.db, "--read-db", replica_db)
+        with psycopg.connect(replica.url(), autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_pause()")
+        env.load([record(2)])
+        listed = httpx.get(server.url + "/builds?create_time_from=2000-01-01", headers=auth(secret), timeout=10)
+        assert [b["build_id"] for b in listed.json()] == [1]  # the replica has not replayed build 2 yet
+        assert httpx.get(server.url + "/builds/2", headers=auth(secret), timeout=10).status_code == 200
+        ((token_id,),) = query(env.db, "SELECT token_id FROM tokens", tokens=True)
+        cli("token", "revoke", "--db", env.db, token_id)
+        assert httpx.get(server.url + "/builds", headers=auth(secret), timeout=10).status_code == 401
+        with psycopg.connect(replica.url(), autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_resume()")
+        fresh = env.token()
+        while len(httpx.get(server.url + "/builds?create_time_from=2000-01-01", headers=auth(fresh)).json()) != 2:
+            assert time.monotonic() < deadline + 30, "the replica never replayed build 2"
+            time.sleep(0.1)
+    finally:
+        replica.stop()
+
+
+def test_read_db_needs_a_postgresql_primary(tmp_path):
+    out = cli("serve", "--db", str(tmp_path / "x.db"), "--read-db", "postgresql://127.0.0.1/x", expect=2)
+    assert "--read-db" in out and "Traceback" not in out
