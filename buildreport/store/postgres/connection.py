@@ -11,6 +11,7 @@ PostgreSQL, is skipped.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -22,6 +23,15 @@ from psycopg.types.string import TextLoader
 WRITE_LOCK = 0x62726570_00000001
 MIGRATION_LOCK = 0x62726570_00000002
 SEARCH_PATH = "public, auth"  # tokens live in schema `auth`, as the tokens file is attached as `auth` in SQLite
+
+
+# An INSERT of one row of `?` whose rows may go in one statement: no ON CONFLICT ... DO UPDATE, which may not
+# touch a row twice in one statement.
+_MULTI_ROW = re.compile(
+    r"(?P<head>INSERT INTO \w+ \([\w, ]+\)) VALUES (?P<marks>\(\?(?:, \?)*\))(?P<tail>( ON CONFLICT DO NOTHING)?)",
+    re.S,
+)
+MULTI_ROW_CHUNK = 1000
 
 
 def is_postgres(db: str) -> bool:
@@ -122,8 +132,17 @@ class PgConnection:
             self._conn.execute(statement)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> PgCursor:
+        rows = [tuple(row) for row in rows]
         cursor = self._conn.cursor()
-        cursor.executemany(translate(sql), [tuple(row) for row in rows])
+        if (insert := _MULTI_ROW.fullmatch(sql.strip())) is not None and len(rows) > 1:
+            # One statement a chunk of rows instead of one a row: the same rows written, a tenth of the time.
+            head, marks, tail = insert.group("head"), insert.group("marks"), insert.group("tail")
+            for start in range(0, len(rows), MULTI_ROW_CHUNK):
+                chunk = rows[start : start + MULTI_ROW_CHUNK]
+                values = ", ".join([marks] * len(chunk))
+                cursor.execute(translate(f"{head} VALUES {values}{tail}"), [v for row in chunk for v in row])
+            return PgCursor(cursor)
+        cursor.executemany(translate(sql), rows)
         return PgCursor(cursor)
 
     def commit(self) -> None:
