@@ -204,7 +204,8 @@ def test_cluster_stops_when_the_process_that_started_it_is_killed(tmp_path: Path
     pid_text, folder = done.stdout.split()
     try:
         deadline = time.monotonic() + 30
-        while processes_mentioning(folder) and time.monotonic() < deadline:
+        # An exiting process loses its command line before it has ended: wait for both.
+        while (processes_mentioning(folder) or running(int(pid_text))) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert processes_mentioning(folder) == []
         assert not running(int(pid_text))  # its new parent (init) may not have collected it yet
