@@ -5,12 +5,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import sqlite3
 from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import NOW, record, write_jsonl
+from conftest import NOW, query, record, write_jsonl
 
 from buildreport.ingest import ImportFailed, import_files
 from buildreport.models import Build
@@ -26,42 +25,46 @@ def run_import(db: Path, *files: Path):
         conn.close()
 
 
+TABLES = ("accounts", "builds", "build_tags", "build_logs", "hourly_totals", "daily_totals", "daily_usage",
+          "tag_pairs", "tag_daily_totals")
+
+
 def db_digest(db: Path) -> str:
     """A digest of every row of every table, to show a failed import left nothing behind."""
-    conn = sqlite3.connect(db)
     digest = hashlib.sha256()
-    for (table,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name"):
-        for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1"):
+    for table in TABLES:
+        for row in query(db, f"SELECT * FROM {table} ORDER BY 1"):
             digest.update(repr(row).encode())
-    conn.close()
     return digest.hexdigest()
 
 
 def stored(db: Path, build_id: int) -> Build:
-    conn = sqlite3.connect(db)
-    (body,) = conn.execute("SELECT body FROM builds WHERE build_id = ?", (build_id,)).fetchone()
-    conn.close()
+    ((body,),) = query(db, "SELECT body FROM builds WHERE build_id = ?", (build_id,))
     return msgspec.json.decode(body, type=Build)
 
 
-def test_import_writes_builds_tags_and_logs(tmp_path):
+@pytest.fixture
+def db(fresh_db, tmp_path):
+    """A new database of each engine."""
+    return fresh_db(tmp_path)
+
+
+def test_import_writes_builds_tags_and_logs(tmp_path, db):
     path = write_jsonl(tmp_path / "a.jsonl", [record(1, tags={"project": "web"}, log="hello\n"), record(2)])
-    result = run_import(tmp_path / "t.db", path)
+    result = run_import(db, path)
     assert (result.records, result.stats.created) == (2, 2)
-    conn = sqlite3.connect(tmp_path / "t.db")
-    assert conn.execute("SELECT key, value, build_id FROM build_tags").fetchall() == [("project", "web", 1)]
-    assert conn.execute("SELECT build_id, size_bytes FROM build_logs").fetchall() == [(1, 6)]
+    assert query(db, "SELECT key, value, build_id FROM build_tags") == [("project", "web", 1)]
+    assert query(db, "SELECT build_id, size_bytes FROM build_logs") == [(1, 6)]
 
 
-def test_gzip_files_import_like_plain_ones(tmp_path):
+def test_gzip_files_import_like_plain_ones(tmp_path, db):
     path = tmp_path / "a.jsonl.gz"
     path.write_bytes(gzip.compress((json.dumps(record(7)) + "\n").encode()))
-    assert run_import(tmp_path / "t.db", path).stats.created == 1
-    assert stored(tmp_path / "t.db", 7).build_id == 7
+    assert run_import(db, path).stats.created == 1
+    assert stored(db, 7).build_id == 7
 
 
-def test_reimporting_the_same_file_changes_nothing(tmp_path):
-    db = tmp_path / "t.db"
+def test_reimporting_the_same_file_changes_nothing(tmp_path, db):
     records = [
         record(1, log="x\n"),
         record(2, build_status="internal_error", restarted_as_build_id=3),
@@ -75,8 +78,7 @@ def test_reimporting_the_same_file_changes_nothing(tmp_path):
     assert db_digest(db) == before
 
 
-def test_an_import_never_takes_a_finished_build_back_to_running(tmp_path):
-    db = tmp_path / "t.db"
+def test_an_import_never_takes_a_finished_build_back_to_running(tmp_path, db):
     run_import(db, write_jsonl(tmp_path / "done.jsonl", [record(1, build_status="built")]))
     before = db_digest(db)
     result = run_import(db, write_jsonl(tmp_path / "late.jsonl", [record(1, build_status="running")]))
@@ -84,14 +86,12 @@ def test_an_import_never_takes_a_finished_build_back_to_running(tmp_path):
     assert db_digest(db) == before
 
 
-def test_upsert_replaces_a_build_and_its_tags(tmp_path):
-    db = tmp_path / "t.db"
+def test_upsert_replaces_a_build_and_its_tags(tmp_path, db):
     run_import(db, write_jsonl(tmp_path / "a.jsonl", [record(1, build_status="running", tags={"old": "1"})]))
     result = run_import(db, write_jsonl(tmp_path / "b.jsonl", [record(1, tags={"new": "2"})]))
     assert result.stats.updated == 1
     assert stored(db, 1).build_status == "built"
-    conn = sqlite3.connect(db)
-    assert conn.execute("SELECT key FROM build_tags").fetchall() == [("new",)]
+    assert query(db, "SELECT key FROM build_tags") == [("new",)]
 
 
 BAD_RECORDS = [
@@ -110,27 +110,26 @@ BAD_RECORDS = [
 
 
 @pytest.mark.parametrize(("fields", "field", "reason"), BAD_RECORDS)
-def test_a_bad_record_is_reported_with_file_line_and_field(tmp_path, fields, field, reason):
+def test_a_bad_record_is_reported_with_file_line_and_field(tmp_path, fields, field, reason, db):
     bad = {**record(2), **fields}
     path = write_jsonl(tmp_path / "bad.jsonl", [record(1), bad])
     with pytest.raises(ImportFailed) as failure:
-        run_import(tmp_path / "t.db", path)
+        run_import(db, path)
     (error,) = failure.value.errors
     text = str(error)
     assert text.startswith(f"{path}:2: {field}: "), text
     assert reason.lower() in text.lower()
 
 
-def test_malformed_json_names_its_line(tmp_path):
+def test_malformed_json_names_its_line(tmp_path, db):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(record(1)) + "\n{not json\n")
     with pytest.raises(ImportFailed) as failure:
-        run_import(tmp_path / "t.db", path)
+        run_import(db, path)
     assert str(failure.value.errors[0]).startswith(f"{path}:2: (line): not valid JSON")
 
 
-def test_every_bad_record_is_reported_and_nothing_is_written(tmp_path):
-    db = tmp_path / "t.db"
+def test_every_bad_record_is_reported_and_nothing_is_written(tmp_path, db):
     run_import(db, write_jsonl(tmp_path / "first.jsonl", [record(1)]))
     before = db_digest(db)
     path = write_jsonl(
@@ -142,24 +141,22 @@ def test_every_bad_record_is_reported_and_nothing_is_written(tmp_path):
     assert db_digest(db) == before
 
 
-def test_a_bad_record_in_a_second_file_rejects_the_first_file_too(tmp_path):
-    db = tmp_path / "t.db"
+def test_a_bad_record_in_a_second_file_rejects_the_first_file_too(tmp_path, db):
     good = write_jsonl(tmp_path / "good.jsonl", [record(1)])
     bad = write_jsonl(tmp_path / "bad.jsonl", [record(2, system="")])
     with pytest.raises(ImportFailed):
         run_import(db, good, bad)
-    assert sqlite3.connect(db).execute("SELECT count(*) FROM builds").fetchone() == (0,)
+    assert query(db, "SELECT count(*) FROM builds") == [(0,)]
 
 
-def test_a_build_id_twice_in_one_import_is_an_error(tmp_path):
+def test_a_build_id_twice_in_one_import_is_an_error(tmp_path, db):
     path = write_jsonl(tmp_path / "dup.jsonl", [record(1), record(1, cpu_seconds=5)])
     with pytest.raises(ImportFailed) as failure:
-        run_import(tmp_path / "t.db", path)
+        run_import(db, path)
     assert "appears again (first at" in str(failure.value.errors[0])
 
 
-def test_a_build_id_of_another_account_is_an_error(tmp_path):
-    db = tmp_path / "t.db"
+def test_a_build_id_of_another_account_is_an_error(tmp_path, db):
     run_import(db, write_jsonl(tmp_path / "a.jsonl", [record(1, account="acme")]))
     with pytest.raises(ImportFailed) as failure:
         run_import(db, write_jsonl(tmp_path / "b.jsonl", [record(1, account="globex")]))
@@ -167,23 +164,20 @@ def test_a_build_id_of_another_account_is_an_error(tmp_path):
     assert stored(db, 1).build_id == 1
 
 
-def test_restart_links_are_completed_in_both_directions(tmp_path):
-    db = tmp_path / "t.db"
+def test_restart_links_are_completed_in_both_directions(tmp_path, db):
     run_import(db, write_jsonl(tmp_path / "a.jsonl", [record(10, build_status="out_of_memory")]))
     run_import(db, write_jsonl(tmp_path / "b.jsonl", [record(11, restart_of_build_id=10)]))
     assert stored(db, 10).restarted_as_build_id == 11
     assert stored(db, 11).restart_of_build_id == 10
 
 
-def test_a_restart_imported_before_its_original_links_up_later(tmp_path):
-    db = tmp_path / "t.db"
+def test_a_restart_imported_before_its_original_links_up_later(tmp_path, db):
     run_import(db, write_jsonl(tmp_path / "a.jsonl", [record(11, restart_of_build_id=10)]))
     run_import(db, write_jsonl(tmp_path / "b.jsonl", [record(10, build_status="internal_error")]))
     assert stored(db, 10).restarted_as_build_id == 11
 
 
-def test_a_link_stated_only_on_the_original_reaches_the_restart(tmp_path):
-    db = tmp_path / "t.db"
+def test_a_link_stated_only_on_the_original_reaches_the_restart(tmp_path, db):
     run_import(db, write_jsonl(tmp_path / "a.jsonl", [record(11)]))
     run_import(
         db, write_jsonl(tmp_path / "b.jsonl", [record(10, build_status="internal_error", restarted_as_build_id=11)])
@@ -191,8 +185,7 @@ def test_a_link_stated_only_on_the_original_reaches_the_restart(tmp_path):
     assert stored(db, 11).restart_of_build_id == 10
 
 
-def test_a_second_restart_of_the_same_build_is_a_conflict(tmp_path):
-    db = tmp_path / "t.db"
+def test_a_second_restart_of_the_same_build_is_a_conflict(tmp_path, db):
     run_import(
         db,
         write_jsonl(
@@ -204,16 +197,14 @@ def test_a_second_restart_of_the_same_build_is_a_conflict(tmp_path):
     assert "already has restarted_as_build_id 11" in str(failure.value.errors[0])
 
 
-def test_a_restart_link_across_accounts_is_a_conflict(tmp_path):
-    db = tmp_path / "t.db"
+def test_a_restart_link_across_accounts_is_a_conflict(tmp_path, db):
     run_import(db, write_jsonl(tmp_path / "a.jsonl", [record(10, build_status="internal_error", account="acme")]))
     with pytest.raises(ImportFailed) as failure:
         run_import(db, write_jsonl(tmp_path / "b.jsonl", [record(11, account="globex", restart_of_build_id=10)]))
     assert "belongs to another account" in str(failure.value.errors[0])
 
 
-def test_times_with_offsets_are_stored_in_utc(tmp_path):
-    db = tmp_path / "t.db"
+def test_times_with_offsets_are_stored_in_utc(tmp_path, db):
     run_import(
         db,
         write_jsonl(
@@ -221,28 +212,28 @@ def test_times_with_offsets_are_stored_in_utc(tmp_path):
             [record(1, create_time="2026-11-21T08:33:16.5+01:00", start_time="2026-11-21T08:33:17+01:00")],
         ),
     )
-    body = json.loads(sqlite3.connect(db).execute("SELECT body FROM builds").fetchone()[0])
+    body = json.loads(query(db, "SELECT body FROM builds")[0][0])
     assert (body["create_time"], body["start_time"]) == ("2026-11-21T07:33:16.500000Z", "2026-11-21T07:33:17Z")
 
 
 # --- `status`, the alias of `build_status` -------------------------------------------------------
 
 
-def test_import_takes_status_in_place_of_build_status(tmp_path):
+def test_import_takes_status_in_place_of_build_status(tmp_path, db):
     given = record(5)
     del given["build_status"]
     given["status"] = "built"
     failed = record(6, build_status="timeout")
     del failed["build_status"]
     failed["status"] = "timeout"
-    run_import(tmp_path / "t.db", write_jsonl(tmp_path / "a.jsonl", [given, failed]))
-    assert (stored(tmp_path / "t.db", 5).build_status, stored(tmp_path / "t.db", 5).status) == ("built", "built")
-    assert (stored(tmp_path / "t.db", 6).build_status, stored(tmp_path / "t.db", 6).status) == ("timeout", "timeout")
+    run_import(db, write_jsonl(tmp_path / "a.jsonl", [given, failed]))
+    assert (stored(db, 5).build_status, stored(db, 5).status) == ("built", "built")
+    assert (stored(db, 6).build_status, stored(db, 6).status) == ("timeout", "timeout")
 
 
-def test_import_with_both_status_names_equal_is_the_same_build(tmp_path):
-    run_import(tmp_path / "t.db", write_jsonl(tmp_path / "a.jsonl", [record(5, build_status="timeout")]))
-    again = run_import(tmp_path / "t.db", write_jsonl(tmp_path / "b.jsonl", [
+def test_import_with_both_status_names_equal_is_the_same_build(tmp_path, db):
+    run_import(db, write_jsonl(tmp_path / "a.jsonl", [record(5, build_status="timeout")]))
+    again = run_import(db, write_jsonl(tmp_path / "b.jsonl", [
         record(5, build_status="timeout", status="timeout"),
     ]))
     assert again.stats.unchanged == 1
@@ -252,12 +243,12 @@ def test_import_with_both_status_names_equal_is_the_same_build(tmp_path):
     ({"build_status": "built", "status": "timeout"}, "status", "is 'timeout' but build_status is 'built'"),
     ({"build_status": None}, "build_status", "is required (or its alias status)"),
 ])
-def test_import_refuses_a_missing_or_contradicting_status(tmp_path, fields, field, reason):
+def test_import_refuses_a_missing_or_contradicting_status(tmp_path, fields, field, reason, db):
     bad = record(5, **fields)
     if bad["build_status"] is None:
         del bad["build_status"]
     path = write_jsonl(tmp_path / "a.jsonl", [record(4), bad])
     with pytest.raises(ImportFailed) as failure:
-        run_import(tmp_path / "t.db", path)
+        run_import(db, path)
     (error,) = failure.value.errors
     assert str(error).startswith(f"{path}:2: {field}: {reason}")

@@ -31,8 +31,8 @@ def records(*dicts: dict[str, Any]) -> list[BuildRecord]:
 
 
 @pytest.fixture
-def conn(tmp_path: Path):
-    conn = open_database(tmp_path / "w.db")
+def conn(fresh_db, tmp_path: Path):
+    conn = open_database(fresh_db(tmp_path))
     conn.execute("INSERT INTO accounts (name, created_us) VALUES ('acme', 0), ('globex', 0)")
     yield conn
     conn.close()
