@@ -25,13 +25,22 @@ MIGRATION_LOCK = 0x62726570_00000002
 SEARCH_PATH = "public, auth"  # tokens live in schema `auth`, as the tokens file is attached as `auth` in SQLite
 
 
-# An INSERT of one row of `?` whose rows may go in one statement: no ON CONFLICT ... DO UPDATE, which may not
-# touch a row twice in one statement.
+# An INSERT of one row of `?`, whose rows may go in one statement. An upsert (ON CONFLICT (key) DO UPDATE) may
+# not touch a row twice in one statement: its rows go together only when their keys differ.
 _MULTI_ROW = re.compile(
-    r"(?P<head>INSERT INTO \w+ \([\w, ]+\)) VALUES (?P<marks>\(\?(?:, \?)*\))(?P<tail>( ON CONFLICT DO NOTHING)?)",
+    r"(?P<head>INSERT INTO \w+\s*\((?P<columns>[\w,\s]+)\))\s*VALUES\s*(?P<marks>\(\?(?:,\s*\?)*\))"
+    r"(?P<tail>(\s+ON CONFLICT DO NOTHING|\s+ON CONFLICT \((?P<key>[\w,\s]+)\) DO UPDATE SET\s.*)?)",
     re.S,
 )
 MULTI_ROW_CHUNK = 1000
+
+
+def _keys_differ(insert: re.Match[str], rows: list[tuple]) -> bool:
+    if insert.group("key") is None:
+        return True
+    columns = [name.strip() for name in insert.group("columns").split(",")]
+    positions = [columns.index(name.strip()) for name in insert.group("key").split(",")]
+    return len({tuple(row[i] for i in positions) for row in rows}) == len(rows)
 
 
 def is_postgres(db: str) -> bool:
@@ -134,7 +143,8 @@ class PgConnection:
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> PgCursor:
         rows = [tuple(row) for row in rows]
         cursor = self._conn.cursor()
-        if (insert := _MULTI_ROW.fullmatch(sql.strip())) is not None and len(rows) > 1:
+        insert = _MULTI_ROW.fullmatch(sql.strip())
+        if insert is not None and len(rows) > 1 and _keys_differ(insert, rows):
             # One statement a chunk of rows instead of one a row: the same rows written, a tenth of the time.
             head, marks, tail = insert.group("head"), insert.group("marks"), insert.group("tail")
             for start in range(0, len(rows), MULTI_ROW_CHUNK):
