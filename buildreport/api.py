@@ -95,7 +95,9 @@ _MOMENT = {
     "anyOf": [Schema(format=OpenAPIFormat.DATE), Schema(format=OpenAPIFormat.DATE_TIME)],
 }
 _NON_EMPTY = {"oneOf": None, "type": OpenAPIType.STRING, "minLength": 1}
-_TAG = "[^,:]+:[^,]*"
+# Text kept in a column of its own never holds NUL (models.NO_NUL), so no filter on it does either.
+_PATH = {**_NON_EMPTY, "pattern": "^[^\\x00]+$"}
+_TAG = "[^,:\\x00]+:[^,\\x00]*"
 _TAGS = {
     **_NON_EMPTY,
     "pattern": f"^{_TAG}(,{_TAG}){{0,{filters.MAX_TAG_PAIRS - 1}}}$",
@@ -174,7 +176,7 @@ async def list_builds(
         str | None, QueryParameter(description="1 to 10000; default 500.", schema_extra=_integer(1, 10_000, 500, 50))
     ] = None,
     derivation_path: Annotated[
-        str | None, QueryParameter(description="Exact derivation path.", schema_extra=_NON_EMPTY)
+        str | None, QueryParameter(description="Exact derivation path.", schema_extra=_PATH)
     ] = None,
     cursor: Annotated[
         str | None,

@@ -23,7 +23,7 @@ from buildreport.errors import Problem
 from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
 from buildreport.signing import DashboardSigner, LinkSigner
-from buildreport.store import ENGINE_ERRORS, Reader, open_database, open_reader
+from buildreport.store import Reader, engine_errors, open_database, open_reader
 from buildreport.store.writes import Writes
 
 log = logging.getLogger("buildreport")
@@ -71,7 +71,7 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
     if problem is None:
         try:
             await reader.ping()
-        except ENGINE_ERRORS as exc:
+        except engine_errors() as exc:
             problem = f"database unavailable: {exc}"
     if problem is not None:
         return Response(
@@ -157,7 +157,7 @@ def create_litestar(settings: Settings) -> Litestar:
                 ProblemDetailsConfig(
                     exception_to_problem_detail_map={
                         HTTPException: _http_problem,
-                        **dict.fromkeys(ENGINE_ERRORS, _database_problem),
+                        **dict.fromkeys(engine_errors(), _database_problem),
                     }
                 )
             )

@@ -24,7 +24,7 @@ import msgspec
 from buildreport import __version__, config
 from buildreport.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_RATE_LIMIT, Settings, default_db
 from buildreport.faults import describe_sqlite_error, printable
-from buildreport.store import ENGINE_ERRORS, DatabaseError, describe, is_postgres, open_auth, open_database
+from buildreport.store import DatabaseError, describe, engine_errors, is_postgres, open_auth, open_database
 from buildreport.store import exists as database_exists
 from buildreport.store import remove as remove_database
 from buildreport.times import US_PER_SECOND, format_us, now_us
@@ -56,7 +56,7 @@ class _Main(click.Group):
             raise click.ClickException(printable(str(exc))) from exc
         except sqlite3.Error as exc:
             raise click.ClickException(describe_sqlite_error(exc, _opened_db[-1] if _opened_db else None)) from exc
-        except ENGINE_ERRORS as exc:  # PostgreSQL's: the server's own message names the fault
+        except engine_errors() as exc:  # PostgreSQL's: the server's own message names the fault
             db = describe(_opened_db[-1]) if _opened_db else "the database"
             raise click.ClickException(f"{db}: {printable(str(exc).strip())}") from exc
         except OSError as exc:

@@ -45,7 +45,7 @@ class DatabaseSink:
         self.write_all([record])
 
     def write_all(self, records: list[BuildRecord]) -> None:
-        from buildreport.store import ENGINE_ERRORS
+        from buildreport.store import engine_errors
         from buildreport.store.writes import WriteConflicts, write_records
 
         with self.lock:
@@ -54,7 +54,7 @@ class DatabaseSink:
             except WriteConflicts as exc:
                 first = exc.invalid[0]
                 raise ValueError(f"the database refused it: {first.field}: {first.reason}") from exc
-            except ENGINE_ERRORS as exc:
+            except engine_errors() as exc:
                 raise ValueError(f"the database refused it: {exc}") from exc
 
     def close(self) -> None:

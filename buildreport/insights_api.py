@@ -16,6 +16,7 @@ from buildreport import export, filters, stats
 from buildreport.api import (
     _DATE,
     _NON_EMPTY,
+    _PATH,
     FromParam,
     StatusParam,
     TagsParam,
@@ -35,7 +36,7 @@ _ENCODE = msgspec.json.encode
 
 def _grouping(*names: str) -> dict[str, Any]:
     """The documented schema of `group_by`: one of `names`, or `tag:` and a key."""
-    return {**_NON_EMPTY, "pattern": f"^({'|'.join(names)}|{filters.TAG_PREFIX}.+)$", "examples": [names[0]]}
+    return {**_NON_EMPTY, "pattern": f"^({'|'.join(names)}|{filters.TAG_PREFIX}[^\\x00]+)$", "examples": [names[0]]}
 
 
 GroupByParam = Annotated[
@@ -130,7 +131,7 @@ async def export_builds(
     create_time_to: ToParam = None,
     status: StatusParam = None,
     derivation_path: Annotated[
-        str | None, QueryParameter(description="Exact derivation path.", schema_extra=_NON_EMPTY)
+        str | None, QueryParameter(description="Exact derivation path.", schema_extra=_PATH)
     ] = None,
     format: Annotated[
         str | None,

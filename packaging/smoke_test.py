@@ -431,6 +431,34 @@ STOPS = {"sigterm-main": (False, signal.SIGTERM), "sigterm-group": (True, signal
          "sigint-group": (True, signal.SIGINT)}
 
 
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Any]:
+    from pgcluster import PgCluster, require_postgres
+
+    cluster = PgCluster.start(require_postgres())
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_postgresql_import_token_migrate_and_serve(tmp_path: Path, servers: list[Server], postgres: Any) -> None:
+    """The executable carries the PostgreSQL driver: import, a token, a SQLite database migrated, and serving."""
+    url = postgres.url(postgres.create_database())
+    records = write_jsonl(tmp_path / "three.jsonl", three_records())
+    assert "imported 3 builds" in ok(tmp_path, "import", "--db", url, str(records)).stderr
+    secret = ok(tmp_path, "token", "create", "--db", url, "--account", "acme").stdout.strip()
+    ok(tmp_path, "import", "--db", str(tmp_path / "s.db"), str(records))
+    copy = postgres.url(postgres.create_database())
+    assert "counts and totals match" in ok(tmp_path, "migrate", "--from", str(tmp_path / "s.db"), "--to", copy).stderr
+    server = start(servers, tmp_path, "serve", "--db", url, "--workers", "1")
+    assert_self_contained([server.process.pid, *server.descendants()])
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        builds = http.get("/builds", headers=auth(secret))
+        assert builds.status_code == 200, builds.text
+        assert sorted(b["build_id"] for b in builds.json()) == [101, 102, 103]
+
+
 @pytest.mark.parametrize("how", list(STOPS))
 def test_serve_two_workers_stop_all(tmp_path: Path, servers: list[Server], how: str) -> None:
     db = tmp_path / "workers.db"

@@ -92,3 +92,18 @@ def test_an_unreachable_server_is_one_clear_line(pg_env):
     url = pg_env.db.rsplit("/", 1)[0].rsplit(":", 1)[0] + ":1/nowhere"
     out = cli("token", "list", "--db", url, expect=1)
     assert out.startswith("Error: cannot use postgresql://") and "Traceback" not in out
+
+
+def test_commands_on_a_sqlite_file_never_load_the_postgresql_driver(tmp_path):
+    """`record` forks Nix from its own process: every megabyte it loads shows in the build's peak memory."""
+    probe = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from buildreport.cli import main\n"
+        f"result = CliRunner().invoke(main, ['token', 'list', '--db', {str(tmp_path / 'x.db')!r}])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print(sorted(name for name in sys.modules if name.startswith('psycopg')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

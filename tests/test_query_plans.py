@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildStatus
 from buildreport.store import queries, stats_queries, tag_totals
+from buildreport.store.dialect import POSTGRESQL
+from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
 from buildreport.store.sqlite.schema import attach_auth, open_database
 from buildreport.store.writer import builds_by_source
@@ -128,3 +132,61 @@ def test_metrics_walk_only_the_accounts_and_read_totals_by_key(conn, query):
     scans = [step for step in plan if step.startswith("SCAN")]
     assert all(step.startswith("SCAN a") for step in scans), plan
     assert any(step.startswith("SEARCH") and "PRIMARY KEY" in step for step in plan), plan
+
+
+# --- the same on PostgreSQL: its list and statistics queries where they differ, every other query as shared ----
+
+PG_QUERIES = {
+    # SQLite's statistics walk its indexes (store/stats_queries.py); PostgreSQL has its own (store/postgres/).
+    **{name: query for name, query in QUERIES.items() if not name.startswith(("stats by ", "usage by "))},
+    **{f"list, {name}": queries.list_builds(1, ListQuery(filter=f), POSTGRESQL) for name, f in FILTERS.items()},
+    **{
+        f"list page 2, {name}": queries.list_builds(1, ListQuery(filter=f, cursor=Cursor(5, 6)), POSTGRESQL)
+        for name, f in FILTERS.items()
+    },
+    **{
+        f"stats by {kind}, {name}": postgres_stats.stats_rows(
+            1, f, GroupBy(kind, "project" if kind == "tag" else None), newest=True
+        )
+        for name, f in FILTERS.items()
+        for kind in ("day", "hour", "system", "status", "derivation", "tag")
+    },
+    **{
+        f"usage by {kind}, {name}": query(1, UsageQuery(from_us=1, to_us=to))
+        for kind, query in (
+            ("day", stats_queries.usage_by_day),
+            ("system", postgres_stats.usage_by_system),
+            ("tag", postgres_stats.usage_tags),
+        )
+        for name, to in (("open", None), ("closed", 2))
+    },
+}
+
+
+def _scans(plan: dict) -> list[str]:
+    """The tables a plan reads whole (sequential scans), anywhere in its tree."""
+    found = [plan["Relation Name"]] if plan.get("Node Type") == "Seq Scan" else []
+    for child in plan.get("Plans", ()):
+        found += _scans(child)
+    return found
+
+
+@pytest.fixture(scope="module")
+def pg_conn(pg_cluster):
+    from buildreport.store import open_database as open_any
+
+    name = pg_cluster.create_database()
+    connection = open_any(pg_cluster.url(name))
+    # With table scans priced out, a scan that remains is one no index can replace.
+    connection.execute("SET enable_seqscan = off")
+    yield connection
+    connection.close()
+    pg_cluster.drop_database(name)
+
+
+@pytest.mark.parametrize("name", list(PG_QUERIES))
+def test_query_is_served_by_an_index_on_postgresql(pg_conn, name):
+    sql, params = PG_QUERIES[name]
+    ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    assert not _scans(document[0]["Plan"]), f"{name}: {document}"

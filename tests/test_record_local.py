@@ -6,7 +6,6 @@ import bz2
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import httpx
 import msgspec
 import nixbuilds
 import pytest
+from conftest import query
 from nixbuilds import nonce
 
 from buildreport.models import BuildRecord
@@ -374,22 +374,19 @@ def test_nix_build_is_recorded_too(nix_files: Path, tmp_path: Path) -> None:
     assert "ok-test> to-stderr" in done.stderr  # -L: build logs prefixed with the name, as nix build prints them
 
 
-def test_records_go_to_a_database_with_db(nix_files: Path, tmp_path: Path) -> None:
-    db, tag = tmp_path / "builds.db", nonce()
+def test_records_go_to_a_database_with_db(nix_files: Path, tmp_path: Path, fresh_db: Any) -> None:
+    db, tag = fresh_db(tmp_path), nonce()
     done = subprocess.run(
         [sys.executable, "-m", "buildreport", "record", "--db", str(db), "--account", "acme", "--tag", "job=db",
          "--", *nix_build(nix_files, tag, "ok", "fail"), "--keep-going"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 100, done.stderr
-    conn = sqlite3.connect(db)
-    try:
-        rows = conn.execute(
-            "SELECT b.derivation_path, b.status, b.source_id FROM builds b JOIN accounts a USING (account_id)"
-            " WHERE a.name = 'acme' ORDER BY b.derivation_path"
-        ).fetchall()
-    finally:
-        conn.close()
+    rows = query(
+        db,
+        "SELECT b.derivation_path, b.status, b.source_id FROM builds b JOIN accounts a USING (account_id)"
+        " WHERE a.name = 'acme' ORDER BY b.derivation_path",
+    )
     # The running record and the final one of each build are one row.
     assert sorted((nix.drv_name(path), status) for path, status, _ in rows) == [
         ("fail-test", "build_failed"),

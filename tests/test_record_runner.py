@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -381,9 +382,11 @@ def test_status_of_a_daemon_error_is_internal_error() -> None:
     assert status_of(DaemonError("boom"), 1.0, None) == "internal_error"
 
 
-def test_runner_writes_to_a_local_database_and_the_api_answers_with_the_clients_tags(tmp_path: Path) -> None:
+def test_runner_writes_to_a_local_database_and_the_api_answers_with_the_clients_tags(
+    tmp_path: Path, fresh_db: Any
+) -> None:
     require_tools()
-    env = Env(tmp_path)
+    env = Env(tmp_path, fresh_db(tmp_path))
     runner = Runner(
         tmp_path / "r", [], tags={"GITHUB_REPOSITORY": "acme/webshop"}, sink=["--db", str(env.db), "--account", "acme"]
     )

@@ -41,6 +41,7 @@ LOG_TAIL_LINES = 10_000  # kept from the event stream for a build whose log Nix 
 LOG_MAX_BYTES = 2 * 1024 * 1024
 # CPU time is counted in clock ticks (10 ms): over a shorter build the ratio says nothing.
 MIN_UTILIZATION_SECONDS = 0.1
+NIX_MEMORY_SAMPLE_SECONDS = 0.02  # how often Nix's own peak memory is read while it runs
 DEFAULT_VERBOSITY = 3  # Nix's `info`: what it prints without -v or --quiet
 
 
@@ -195,6 +196,7 @@ class Recorder:
         self.broken = False
         self.most_running = 0  # most builds Nix ran at once
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._hwm_lock = threading.Lock()
 
     # --- running Nix ---------------------------------------------------------------------------------------
 
@@ -209,12 +211,19 @@ class Recorder:
             self._jobs.put(None)
             raise UsageError(f"cannot run {self.argv[0]}: {exc.strerror or exc}") from exc
         previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED_SIGNALS}
+        exited = threading.Event()
+        watcher = threading.Thread(target=self._watch_nix_memory, args=(exited,), name="buildreport-hwm", daemon=True)
+        watcher.start()
         try:
             assert self.proc.stderr is not None
             for line in self.proc.stderr:
                 self._read(time.time(), line)
+            exited.set()
+            watcher.join()
+            self._sample_nix_memory()  # the last look before Nix is gone: it may have grown while finishing
             usage = self._reap(self.proc.pid)
         finally:
+            exited.set()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         exit_time = time.time()
@@ -307,7 +316,13 @@ class Recorder:
     def _sample_nix_memory(self) -> None:
         """Nix's own peak so far; a larger peak of the whole invocation can then only be a builder's."""
         if self.proc is not None and (hwm := _hwm_kb(self.proc.pid)) is not None:
-            self.nix_hwm_kb = max(hwm, self.nix_hwm_kb or 0)
+            with self._hwm_lock:
+                self.nix_hwm_kb = max(hwm, self.nix_hwm_kb or 0)
+
+    def _watch_nix_memory(self, exited: threading.Event) -> None:
+        """Nix's peak between its events too: a quiet stretch (evaluation, registering outputs) can raise it."""
+        while not exited.wait(NIX_MEMORY_SAMPLE_SECONDS):
+            self._sample_nix_memory()
 
     def _started(self, at: float, event: nix.NixEvent) -> None:
         drv_path = str(event.fields[0])

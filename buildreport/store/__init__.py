@@ -8,6 +8,7 @@ store/postgres/; the queries, the writer and the totals above them are shared.
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,16 +23,13 @@ def is_postgres(db: str) -> bool:
     return str(db).startswith(("postgresql://", "postgres://"))
 
 
-def _engine_errors() -> tuple[type[BaseException], ...]:
-    try:
-        import psycopg
-    except ImportError:  # a build without the PostgreSQL driver
-        return (sqlite3.Error,)
-    return (sqlite3.Error, psycopg.Error)
+def engine_errors() -> tuple[type[BaseException], ...]:
+    """What either engine raises when the database cannot serve a query (an outage, never the client's fault).
 
-
-# What either engine raises when the database cannot serve a query (an outage, never the client's fault).
-ENGINE_ERRORS = _engine_errors()
+    PostgreSQL's driver is loaded only where a PostgreSQL database is used, and always before one of its
+    errors can arise: a command on a SQLite file never pays for loading it."""
+    driver = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if driver is None else (sqlite3.Error, driver.Error)
 
 
 def open_database(db: str, *, create: bool = True) -> Any:

@@ -73,7 +73,11 @@ class Writes:
         return self._conn
 
     def _write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
-        return write_records(self._connection(), account, records, now_us)
+        try:
+            return write_records(self._connection(), account, records, now_us)
+        finally:
+            if getattr(self._conn, "broken", False):  # a database server that went away: reconnect next time
+                self._close()
 
     async def write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
         loop = asyncio.get_running_loop()

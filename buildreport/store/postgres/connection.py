@@ -4,7 +4,8 @@ The shared store code speaks the DB-API as sqlite3 offers it: `?` placeholders, 
 `executemany`, `BEGIN IMMEDIATE` before a write. These wrappers turn that into psycopg calls, in one place:
 placeholders become `%s`, `BEGIN IMMEDIATE` takes the write lock every buildreport process shares (a
 transaction-level advisory lock, so writers from several machines follow one another as SQLite's writers
-do), and `PRAGMA` tuning, which means nothing to PostgreSQL, is skipped.
+do), a plain `BEGIN` reads one snapshot (repeatable read), and `PRAGMA` tuning, which means nothing to
+PostgreSQL, is skipped.
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ class PgConnection:
             self._conn.execute("BEGIN")
             self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             return PgCursor(None)
+        if statement == "BEGIN":  # a read of several statements sees one snapshot, as a SQLite read transaction
+            self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            return PgCursor(None)
         return PgCursor(self._conn.execute(translate(sql), tuple(params)))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> PgCursor:
@@ -129,6 +133,11 @@ class PgConnection:
             self.commit()
         else:
             self.rollback()
+
+    @property
+    def broken(self) -> bool:
+        """The server closed the connection (a restart, a failover): a new one is needed."""
+        return self._conn.closed or self._conn.broken
 
     @property
     def raw(self) -> psycopg.Connection[Any]:
