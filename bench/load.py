@@ -211,3 +211,13 @@ def problems(result: dict[str, object]) -> list[str]:
         if count:
             found.append(f"{count} socket {kind} errors")
     return found
+
+
+def too_slow_to_measure(result: dict[str, object], alone: dict[str, object] | None, connections: int) -> bool:
+    """No answer at all and no error, from an endpoint that one client alone measured so slow that
+    `connections` requests one after another outlast the run: the run was too short, nothing failed."""
+    if alone is None or result["requests"] or not alone["requests"] or result["non_2xx_3xx"]:
+        return False
+    if any(result["socket_errors"].values()):  # type: ignore[union-attr]
+        return False
+    return float(alone["p50_ms"]) * connections / 1000 >= float(result["seconds"])  # type: ignore[arg-type]
