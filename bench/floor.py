@@ -175,7 +175,7 @@ async def _measure(step: Step, iterations: int, warmup: int, budget_s: float) ->
     }
 
 
-async def _run(db: Path, account_id: int, endpoints: list[dict[str, Any]], iterations: int, warmup: int,
+async def _run(db: Path | str, account_id: int, endpoints: list[dict[str, Any]], iterations: int, warmup: int,
                budget_s: float) -> dict[str, Any]:
     settings = Settings(db=str(db))
     signer = LinkSigner(load_secret_keys(settings))
@@ -197,7 +197,7 @@ async def _run(db: Path, account_id: int, endpoints: list[dict[str, Any]], itera
     return results
 
 
-def measure(db: Path, account_id: int, endpoints: list[dict[str, Any]], *, iterations: int = 200,
+def measure(db: Path | str, account_id: int, endpoints: list[dict[str, Any]], *, iterations: int = 200,
             warmup: int = 20, budget_s: float = 10.0) -> dict[str, Any]:
     """p50 per endpoint over at most `iterations` runs or `budget_s` seconds, after `warmup` runs."""
     try:

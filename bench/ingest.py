@@ -1,8 +1,10 @@
 """Ingestion over HTTP: builds/s through `POST /builds` in batches of 500, with one and with four concurrent
 senders, while one client reads `/builds/{id}`; and that read latency, against the same reads alone.
 
-It writes into a copy of the benchmark database, so the cached data of the other phases stays as it was.
-Every run is bounded in time; the senders stop at their deadline and the reader runs as long.
+It writes into a copy of the benchmark database (`sqlite_copy` here, a PostgreSQL copy in postgres.py), so
+the data of the other phases stays as it was. With several server processes on one database the senders
+take turns over them. Every run is bounded in time; the senders stop at their deadline and the reader runs
+as long.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import sqlite3
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -108,35 +112,51 @@ def _ms(values: list[float], q: float) -> float | None:
     return round(load._percentile(ordered, q) * 1000, 1) if ordered else None
 
 
-def measure(cli: list[str], db: Path, run_dir: Path, read_token: str, read_paths: list[str], seconds: int,
-            wrk: str | None, workers: int = 1) -> dict[str, Any]:
-    """Figures of ingestion into a copy of `db`: builds/s and read latency, alone and with 1 and 4 senders."""
+@contextmanager
+def sqlite_copy(db: Path, run_dir: Path) -> Iterator[Path]:
+    """A copy of a SQLite database and the tokens file beside it (so that the read token works on the copy
+    too), removed afterwards."""
     copy = run_dir / "ingest.db"
-    # The database and the tokens file beside it, so that the read token works on the copy too.
-    for original, duplicate in ((db, copy), (auth_path(db), auth_path(copy))):
-        with sqlite3.connect(original) as source, sqlite3.connect(duplicate) as target:
-            source.backup(target)
-    made = subprocess.run([*cli, "token", "create", "--db", str(copy), "--account", "acme", "--scope",
+    try:
+        for original, duplicate in ((db, copy), (auth_path(db), auth_path(copy))):
+            with sqlite3.connect(original) as source, sqlite3.connect(duplicate) as target:
+                source.backup(target)
+        yield copy
+    finally:
+        for suffix in ("", "-wal", "-shm", ".secret", "-auth", "-auth-wal", "-auth-shm"):
+            Path(str(copy) + suffix).unlink(missing_ok=True)
+
+
+def measure(cli: list[str], db: Path | str, run_dir: Path, read_token: str, read_paths: list[str], seconds: int,
+            wrk: str | None, workers: int = 1, processes: int = 1) -> dict[str, Any]:
+    """Figures of ingestion into `db` (a scratch copy: it is written to): builds/s and read latency, alone and
+    with 1 and 4 senders, served by `processes` servers of `workers` workers each. Sender n posts to server
+    n % processes; the reader reads from the first server."""
+    made = subprocess.run([*cli, "token", "create", "--db", str(db), "--account", "acme", "--scope",
                            "build:write", "--expires-in", "1d", "--label", "make bench ingest"],
                           capture_output=True, text=True, timeout=120, check=True)
     write_token = made.stdout.strip()
-    result: dict[str, Any] = {"batch": BATCH, "seconds": seconds, "workers": workers, "runs": {}}
-    server = Server(cli, copy, workers, run_dir / "server-ingest.log")
-    result["command"] = " ".join(server.command)
-    try:
-        server.start()
-        result["reads_alone"] = _read(wrk, run_dir, "ingest-reads-alone", server.base, read_paths, read_token,
+    result: dict[str, Any] = {"batch": BATCH, "seconds": seconds, "workers": workers, "processes": processes,
+                              "runs": {}}
+    servers = [Server(cli, db, workers, run_dir / f"server-ingest-{n}.log") for n in range(processes)]
+    result["command"] = " ".join(servers[0].command)
+    with ExitStack() as stack:
+        for server in servers:
+            stack.enter_context(server)
+        reader = servers[0]
+        result["reads_alone"] = _read(wrk, run_dir, "ingest-reads-alone", reader.base, read_paths, read_token,
                                       seconds)
         start = datetime.now(UTC) - timedelta(hours=2)
         for senders in SENDERS:
             outs: list[dict[str, Any]] = [{} for _ in range(senders)]
             deadline = time.perf_counter() + seconds
             began = time.perf_counter()
-            threads = [threading.Thread(target=_send, args=(server.base, write_token, f"run{senders}", s, deadline,
-                                                            start, outs[s])) for s in range(senders)]
+            threads = [threading.Thread(target=_send, args=(servers[s % processes].base, write_token,
+                                                            f"run{senders}", s, deadline, start, outs[s]))
+                       for s in range(senders)]
             for thread in threads:
                 thread.start()
-            reads = _read(wrk, run_dir, f"ingest-reads-{senders}", server.base, read_paths, read_token, seconds)
+            reads = _read(wrk, run_dir, f"ingest-reads-{senders}", reader.base, read_paths, read_token, seconds)
             for thread in threads:
                 thread.join(timeout=seconds + 180)
             elapsed = time.perf_counter() - began
@@ -154,10 +174,7 @@ def measure(cli: list[str], db: Path, run_dir: Path, read_token: str, read_paths
                 "batch_p99_ms": _ms(latencies, 99),
                 "reads": reads,
             }
-            if server.process is not None and server.process.poll() is not None:
-                raise RuntimeError("the server exited during ingestion:\n" + server.log_tail())
-    finally:
-        server.stop()
-        for suffix in ("", "-wal", "-shm", ".secret", "-auth", "-auth-wal", "-auth-shm"):
-            Path(str(copy) + suffix).unlink(missing_ok=True)
+            for server in servers:
+                if server.process is not None and server.process.poll() is not None:
+                    raise RuntimeError("a server exited during ingestion:\n" + server.log_tail())
     return result

@@ -34,20 +34,29 @@ def _lua_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def lua_script(paths: list[str], token: str | None) -> str:
-    """A wrk script: the token header, paths in rotation (each thread from its own offset), JSON at the end."""
+def lua_script(paths: list[str], token: str | None, ports: list[int] | None = None) -> str:
+    """A wrk script: the token header, paths in rotation (each thread from its own offset), JSON at the end.
+
+    With several `ports` (servers on 127.0.0.1), thread n sends to ports[n % len(ports)]: wrk spreads its
+    connections evenly over its threads, so over the servers too."""
     lines = []
     if token:
         lines.append(f'wrk.headers["Authorization"] = {_lua_string("Bearer " + token)}')
-    if len(paths) > 1:
+    several = ports is not None and len(ports) > 1
+    if len(paths) > 1 or several:
         lines.append("local paths = {")
         lines.extend(f"  {_lua_string(p)}," for p in paths)
         lines.append("}")
+        targets = ", ".join(f'wrk.lookup("127.0.0.1", "{port}")[1]' for port in ports) if several else ""
         lines.append(
-            """local n = #paths
+            f"""local targets = {{{targets}}}
+local n = #paths
 local threads = 0
 function setup(thread)
   thread:set("offset", threads * 7919)
+  if #targets > 0 then
+    thread.addr = targets[(threads % #targets) + 1]
+  end
   threads = threads + 1
 end
 function init(args)
@@ -96,11 +105,16 @@ def _figures(raw: dict[str, float]) -> dict[str, object]:
     }
 
 
-def run_wrk(wrk: str, workdir: Path, name: str, base: str, paths: list[str], token: str | None,
+def run_wrk(wrk: str, workdir: Path, name: str, base: str | list[str], paths: list[str], token: str | None,
             connections: int, threads: int, seconds: int) -> dict[str, object]:
+    """One wrk run; with several bases (servers on 127.0.0.1) each thread loads one of them."""
+    bases = [base] if isinstance(base, str) else base
+    if len(bases) > 1 and threads % len(bases):
+        raise ValueError(f"{threads} threads cannot be spread evenly over {len(bases)} servers")
     script = workdir / f"{name}.lua"
-    script.write_text(lua_script(paths, token))
-    command = wrk_command(wrk, script, base + paths[0], connections, threads, seconds)
+    ports = [int(b.rsplit(":", 1)[1]) for b in bases]
+    script.write_text(lua_script(paths, token, ports))
+    command = wrk_command(wrk, script, bases[0] + paths[0], connections, threads, seconds)
     started = time.perf_counter()
     out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
     match = re.search(r"^BENCH_RESULT (\{.*\})$", out.stdout, re.MULTILINE)
@@ -120,8 +134,10 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def run_python(base: str, paths: list[str], token: str | None, connections: int, seconds: int) -> dict[str, object]:
-    """The fallback client: `connections` tasks on one httpx client, each a keep-alive connection."""
+def run_python(base: str | list[str], paths: list[str], token: str | None, connections: int,
+               seconds: int) -> dict[str, object]:
+    """The fallback client: `connections` tasks, each a keep-alive connection; with several bases, one httpx
+    client per base and the tasks spread evenly over them."""
     import httpx
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -148,13 +164,20 @@ def run_python(base: str, paths: list[str], token: str | None, connections: int,
             if response.status_code >= 400:
                 errors["status"] += 1
 
+    bases = [base] if isinstance(base, str) else base
+
     async def main() -> float:
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        async with httpx.AsyncClient(base_url=base, limits=limits, timeout=max(30, 3 * seconds)) as client:
+        per_base = -(-connections // len(bases))
+        limits = httpx.Limits(max_connections=per_base, max_keepalive_connections=per_base)
+        clients = [httpx.AsyncClient(base_url=b, limits=limits, timeout=max(30, 3 * seconds)) for b in bases]
+        try:
             started = time.perf_counter()
             deadline = started + seconds
-            await asyncio.gather(*(worker(client, n * 7919, deadline) for n in range(connections)))
+            await asyncio.gather(*(worker(clients[n % len(clients)], n * 7919, deadline) for n in range(connections)))
             return time.perf_counter() - started
+        finally:
+            for client in clients:
+                await client.aclose()
 
     try:
         import uvloop
@@ -188,3 +211,13 @@ def problems(result: dict[str, object]) -> list[str]:
         if count:
             found.append(f"{count} socket {kind} errors")
     return found
+
+
+def too_slow_to_measure(result: dict[str, object], alone: dict[str, object] | None, connections: int) -> bool:
+    """No answer at all and no error, from an endpoint that one client alone measured so slow that
+    `connections` requests one after another outlast the run: the run was too short, nothing failed."""
+    if alone is None or result["requests"] or not alone["requests"] or result["non_2xx_3xx"]:
+        return False
+    if any(result["socket_errors"].values()):  # type: ignore[union-attr]
+        return False
+    return float(alone["p50_ms"]) * connections / 1000 >= float(result["seconds"])  # type: ignore[arg-type]

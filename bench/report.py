@@ -1,5 +1,9 @@
 # ruff: noqa: RUF001  (the report uses the multiplication sign and en dash on purpose)
-"""The targets, and bench/report.md from the figures that bench/report.json holds."""
+"""The targets, and bench/report.md from the figures that bench/report.json holds.
+
+The targets are SQLite's; PostgreSQL's figures (under "postgresql" in report.json, in the same shape) are
+shown beside them and reported, never judged.
+"""
 
 from __future__ import annotations
 
@@ -55,10 +59,42 @@ def mib(value: int | None) -> str:
     return "–" if value is None else f"{value / 2**20:,.1f} MiB"
 
 
-def _row(target: str, threshold: str, value: float | None, shown: str, ok: bool | None, note: str = "") -> dict:
+def _row(target: str, threshold: str, value: float | None, shown: str, ok: bool | None, note: str = "",
+         sqlite_only: bool = False) -> dict:
     status = "n/a" if value is None or ok is None else "PASS" if ok else "MISS"
     return {"target": target, "threshold": threshold, "value": value, "measured": shown if value is not None
-            else "not measured", "status": status, "note": note}
+            else "not measured", "status": status, "note": note, "sqlite_only": sqlite_only}
+
+
+# What each engine's figures are kept under: SQLite's at the top of report.json, PostgreSQL's in "postgresql".
+ENGINE_KEYS = ("http", "workers2", "processes2", "ingestion", "floor", "import")
+SQLITE_ONLY_KEYS = ("datasette", "executable")
+
+
+def engine_view(out: dict[str, Any], engine: str) -> dict[str, Any]:
+    """The figures as `targets` and the tables read them, for one engine: PostgreSQL's in place of SQLite's,
+    and nothing of what exists on SQLite alone."""
+    if engine == "sqlite":
+        return out
+    pg = out.get("postgresql") or {}
+    view = {k: v for k, v in out.items() if k not in ENGINE_KEYS + SQLITE_ONLY_KEYS}
+    view.update({k: pg[k] for k in ENGINE_KEYS if k in pg})
+    return view
+
+
+def postgres_measured(out: dict[str, Any]) -> bool:
+    return bool(dig(out, "postgresql", "http"))
+
+
+def targets_postgresql(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of `targets` on PostgreSQL: reported beside SQLite's, not judged."""
+    rows = targets(engine_view(out, "postgresql"))
+    for row in rows:
+        if row["sqlite_only"]:
+            row.update(measured="SQLite only", status="n/a", note="")
+        else:
+            row["status"] = "reported" if row["value"] is not None else "n/a"
+    return rows
 
 
 def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
@@ -147,7 +183,8 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
         if dig(out, "datasette", "skipped"):
             note = "skipped: " + out["datasette"]["skipped"]
         rows.append(_row(f"buildreport / Datasette, {label}, req/s at 32 connections",
-                         f"≥ {TARGETS[limit]:g}×", ratio, shown, ratio is not None and ratio >= TARGETS[limit], note))
+                         f"≥ {TARGETS[limit]:g}×", ratio, shown, ratio is not None and ratio >= TARGETS[limit], note,
+                         sqlite_only=True))
 
     sampled = dig(out, "http", "memory", "sampled") or {}
     anon = sampled["peak_rss_anon_kib"] / 1024 if sampled.get("samples") else None
@@ -265,9 +302,20 @@ def markdown(out: dict[str, Any]) -> str:
         lines += ["## FAILED measurements", ""] + [f"- {f.splitlines()[0]}" for f in out["failures"]] + [""]
 
     lines += ["## Targets", ""]
-    lines += _table(["target", "threshold", "measured", "", "note"],
-                    [[r["target"], r["threshold"], r["measured"], f"**{r['status']}**", r["note"]]
-                     for r in out.get("targets", [])])
+    if postgres_measured(out):
+        pg_rows = {r["target"]: r for r in out.get("targets_postgresql") or []}
+        lines += ["The targets are SQLite's; PostgreSQL's figures of the same rows stand beside them, reported "
+                  "and not judged (see [PostgreSQL](#postgresql)).", ""]
+        lines += _table(["target", "threshold", "SQLite", "", "PostgreSQL", "note (SQLite)"],
+                        [[r["target"], r["threshold"], r["measured"], f"**{r['status']}**",
+                          dig(pg_rows, r["target"], "measured") or "–", r["note"]]
+                         for r in out.get("targets", [])])
+    else:
+        lines += _table(["target", "threshold", "measured", "", "note"],
+                        [[r["target"], r["threshold"], r["measured"], f"**{r['status']}**", r["note"]]
+                         for r in out.get("targets", [])])
+        if dig(out, "postgresql", "skipped"):
+            lines += [f"PostgreSQL was not measured: {out['postgresql']['skipped']}.", ""]
     if out.get("notes"):
         lines += ["Notes:", ""] + [f"- {n}" for n in out["notes"]] + [""]
 
@@ -330,56 +378,48 @@ def markdown(out: dict[str, Any]) -> str:
     lines += _datasette_section(out)
 
     lines += ["## HTTP, one worker (`--workers 1 --rate-limit 0 --link-rate-limit 0 --no-access-log`)", ""]
+    lines += _http_table(out)
     eps = dig(out, "http", "endpoints") or {}
-    floors = dig(out, "floor", "endpoints") or {}
-    rows = []
-    for key, e in eps.items():
-        probe = e.get("probe") or {}
-        answer = f"{probe.get('body_bytes', 0):,} B" if probe else "–"
-        if "items" in probe:
-            answer += f", {probe['items']} builds"
-        if "build_count" in probe:
-            answer += f", {probe['build_count']:,} builds"
-        if "billable_build_count" in probe:
-            answer += f", {probe['billable_build_count']:,} builds"
-        c1, c32, fl = e.get("c1") or {}, e.get("c32") or {}, floors.get(key) or {}
-        ratio = c1.get("p50_ms") / fl["p50_ms"] if c1.get("p50_ms") and fl.get("p50_ms") else None
-        rows.append([e["label"], answer, rps(c1.get("rps")), ms(c1.get("p50_ms")), ms(c1.get("p99_ms")),
-                     rps(c32.get("rps")), ms(c32.get("p50_ms")), ms(c32.get("p99_ms")), ms(fl.get("p50_ms")),
-                     f"{ratio:.2f}×" if ratio else "–"])
-    lines += _table(["endpoint", "answer", "1 conn req/s", "p50 ms", "p99 ms", "32 conn req/s", "p50 ms",
-                     "p99 ms", "floor p50 ms", "HTTP/floor"], rows)
-    lines += ["1 connection: `wrk -t1 -c1`; 32 connections: `wrk -t2 -c32`; latencies as wrk measures them "
-              "(request written to response read). `/builds/{id}` and `/builds/{id}/url` rotate over "
-              f"{dig(out, 'data', 'rotated_ids')} real ids of the account, the build page over "
-              f"{dig(out, 'data', 'page_links')} signed links (ttl 3600 s) of builds "
-              + ("with a log" if dig(out, 'data', 'page_builds_with_logs') else "(none has a log)")
-              + ". Every answer was checked: a non-2xx/3xx or socket error fails the run.", ""]
-    server = dig(out, "http", "server") or {}
-    code = server.get("exit_code")
-    lines += [f"Server start to first /healthz 200: {server.get('startup_s')} s; stop after SIGTERM: "
-              f"{server.get('stop_s')} s (exit code {code}"
-              + (", the SIGTERM uvicorn re-raises after a clean shutdown" if code == -15 else "") + ").", ""]
+    pg = engine_view(out, "postgresql") if postgres_measured(out) else {}
 
     lines += ["## Workers: throughput at 32 connections", ""]
     rows = []
     for key in ("builds_default", "build_by_id"):
         one = dig(eps, key, "c32", "rps")
         two = dig(out, "workers2", "endpoints", key, "rps")
-        label = dig(eps, key, "label") or key
-        rows.append([label, rps(one), rps(two), f"{two / one:.2f}×" if one and two is not None else "–",
-                     ms(dig(out, "workers2", "endpoints", key, "p50_ms")),
-                     ms(dig(out, "workers2", "endpoints", key, "p99_ms"))])
-    lines += _table(["endpoint", "1 worker req/s", "2 workers req/s", "gain", "2 workers p50 ms",
-                     "2 workers p99 ms"], rows)
-    lines += [f"The load client runs on the same {m.get('cpus')} cores as the server.", ""]
+        label = dig(eps, key, "label") or dig(pg, "http", "endpoints", key, "label") or key
+        row = [label, rps(one), rps(two), f"{two / one:.2f}×" if one and two is not None else "–",
+               ms(dig(out, "workers2", "endpoints", key, "p50_ms")),
+               ms(dig(out, "workers2", "endpoints", key, "p99_ms"))]
+        if pg:
+            pg_one = dig(pg, "http", "endpoints", key, "c32", "rps")
+            pg_two, pg_procs = (dig(pg, part, "endpoints", key, "rps") for part in ("workers2", "processes2"))
+            row += [rps(pg_one), rps(pg_two), rps(pg_procs),
+                    f"{pg_procs / pg_one:.2f}×" if pg_one and pg_procs is not None else "–",
+                    ms(dig(pg, "processes2", "endpoints", key, "p50_ms")),
+                    ms(dig(pg, "processes2", "endpoints", key, "p99_ms"))]
+        rows.append(row)
+    header = ["endpoint", "1 worker req/s", "2 workers req/s", "gain", "2 workers p50 ms", "2 workers p99 ms"]
+    if pg:
+        header = [header[0]] + [f"SQLite {h}" for h in header[1:]] + [
+            "PostgreSQL 1 worker req/s", "PostgreSQL 2 workers req/s", "PostgreSQL 2 processes req/s",
+            "2 processes gain", "2 processes p50 ms", "2 processes p99 ms"]
+    lines += _table(header, rows)
+    lines += [f"The load client runs on the same {m.get('cpus')} cores as the server."
+              + (" `2 processes`: two `buildreport serve --workers 1` on ports of their own and the one PostgreSQL "
+                 "database; wrk's two threads load one server each (16 connections each)." if pg else ""), ""]
 
-    lines += _ingestion(out)
+    lines += _ingestion(out, pg)
+    if pg:
+        lines += _postgresql_section(out, pg)
 
     lines += ["## Memory (VmHWM: peak resident set, after the load runs)", ""]
     rows = []
-    for key, label in (("http", "1 worker"), ("workers2", "2 workers")):
-        memory = dig(out, key, "memory") or {}
+    servers = [(out, "http", "1 worker"), (out, "workers2", "2 workers")]
+    if pg:
+        servers += [(pg, "http", "PostgreSQL, 1 worker"), (pg, "workers2", "PostgreSQL, 2 workers")]
+    for view, key, label in servers:
+        memory = dig(view, key, "memory") or {}
         for p in memory.get("processes", []):
             rows.append([label, p.get("role", ""), p["pid"], mib(p["vm_hwm_kib"] * 1024),
                          mib(p["vm_rss_kib"] * 1024)])
@@ -388,10 +428,13 @@ def markdown(out: dict[str, Any]) -> str:
                          ""])
     lines += _table(["server", "process", "pid", "VmHWM", "VmRSS"], rows)
     lines += ["With `--workers 1` uvicorn serves in the `serve` process itself; with 2 it starts a worker "
-              "process each (multiprocessing spawn) and a resource tracker.", ""]
+              "process each (multiprocessing spawn) and a resource tracker."
+              + (" On PostgreSQL the database server's own processes are not counted." if pg else ""), ""]
 
-    lines += ["## In-process floor", ""]
+    lines += ["## In-process floor" + (" (SQLite)" if pg else ""), ""]
     fl = out.get("floor") or {}
+    if not fl:
+        lines += ["Not measured.", ""]
     lines += [f"Event loop: {fl.get('loop')}; per endpoint {fl.get('warmup')} warm-up runs, then at most "
               f"{fl.get('iterations_max')} runs or {fl.get('budget_s')} s; p50 of those. For the JSON endpoints: "
               "parsing the query pairs (`filters.parse_*`), the `Reader` call and encoding the body bytes, as "
@@ -424,13 +467,15 @@ def markdown(out: dict[str, Any]) -> str:
 
     lines += ["## Commands", "", "```sh"] + (out.get("commands") or []) + ["```", ""]
     loads = []
-    for e in eps.values():
-        for c in ("c1", "c32"):
-            if dig(e, c, "command"):
-                loads.append(e[c]["command"])
-    for e in (dig(out, "workers2", "endpoints") or {}).values():
-        if e and e.get("command"):
-            loads.append(e["command"])
+    for view in (out, pg) if pg else (out,):
+        for e in (dig(view, "http", "endpoints") or {}).values():
+            for c in ("c1", "c32"):
+                if dig(e, c, "command"):
+                    loads.append(e[c]["command"])
+        for part in ("workers2", "processes2"):
+            for e in (dig(view, part, "endpoints") or {}).values():
+                if e and e.get("command"):
+                    loads.append(e["command"])
     if loads:
         lines += ["<details><summary>load runs</summary>", "", "```sh", *loads, "```", "", "</details>", ""]
         lines += ["Each `.lua` script sets the `Authorization` header, rotates the paths where there are several "
@@ -438,29 +483,123 @@ def markdown(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ingestion(out: dict[str, Any]) -> list[str]:
-    """Builds/s through POST /builds and the latency of reads served meanwhile."""
-    by_workers = out.get("ingestion") or {}
+def _http_table(out: dict[str, Any]) -> list[str]:
+    """Every endpoint at 1 and 32 connections, with its in-process floor, of one engine's figures."""
+    lines: list[str] = []
+    if not dig(out, "http", "endpoints"):
+        return ["Not measured (`BENCH_ENGINE` left this engine out, or its server did not start).", ""]
+    eps = dig(out, "http", "endpoints") or {}
+    floors = dig(out, "floor", "endpoints") or {}
+    rows = []
+    for key, e in eps.items():
+        probe = e.get("probe") or {}
+        answer = f"{probe.get('body_bytes', 0):,} B" if probe else "–"
+        if "items" in probe:
+            answer += f", {probe['items']} builds"
+        if "build_count" in probe:
+            answer += f", {probe['build_count']:,} builds"
+        if "billable_build_count" in probe:
+            answer += f", {probe['billable_build_count']:,} builds"
+        c1, c32, fl = e.get("c1") or {}, e.get("c32") or {}, floors.get(key) or {}
+        ratio = c1.get("p50_ms") / fl["p50_ms"] if c1.get("p50_ms") and fl.get("p50_ms") else None
+        rows.append([e["label"], answer, rps(c1.get("rps")), ms(c1.get("p50_ms")), ms(c1.get("p99_ms")),
+                     rps(c32.get("rps")), ms(c32.get("p50_ms")), ms(c32.get("p99_ms")), ms(fl.get("p50_ms")),
+                     f"{ratio:.2f}×" if ratio else "–"])
+    lines += _table(["endpoint", "answer", "1 conn req/s", "p50 ms", "p99 ms", "32 conn req/s", "p50 ms",
+                     "p99 ms", "floor p50 ms", "HTTP/floor"], rows)
+    lines += ["1 connection: `wrk -t1 -c1`; 32 connections: `wrk -t2 -c32`; latencies as wrk measures them "
+              "(request written to response read). `/builds/{id}` and `/builds/{id}/url` rotate over "
+              f"{dig(out, 'data', 'rotated_ids')} real ids of the account, the build page over "
+              f"{dig(out, 'data', 'page_links')} signed links (ttl 3600 s) of builds "
+              + ("with a log" if dig(out, 'data', 'page_builds_with_logs') else "(none has a log)")
+              + ". Every answer was checked: a non-2xx/3xx or socket error fails the run.", ""]
+    server = dig(out, "http", "server") or {}
+    code = server.get("exit_code")
+    lines += [f"Server start to first /healthz 200: {server.get('startup_s')} s; stop after SIGTERM: "
+              f"{server.get('stop_s')} s (exit code {code}"
+              + (", the SIGTERM uvicorn re-raises after a clean shutdown" if code == -15 else "") + ").", ""]
+
+    return lines
+
+
+def _ingestion(out: dict[str, Any], pg: dict[str, Any]) -> list[str]:
+    """Builds/s through POST /builds and the latency of reads served meanwhile, on each engine measured."""
+    engines = [(name, view.get("ingestion") or {}) for name, view in (("SQLite", out), ("PostgreSQL", pg)) if view]
+    engines = [(name, runs) for name, runs in engines if runs]
     lines = ["## Ingestion over HTTP (`POST /builds`)", ""]
-    if not by_workers:
+    if not engines:
         return [*lines, "Not measured.", ""]
     rows = []
-    for workers, ing in by_workers.items():
-        alone = ing.get("reads_alone") or {}
-        rows.append([workers, "reads alone", "–", "–", "–", "–", ms(alone.get("p50_ms")), ms(alone.get("p99_ms"))])
-        for run in (ing.get("runs") or {}).values():
-            reads = run.get("reads") or {}
-            rows.append([workers, f"{run['senders']} sender{'s' if run['senders'] > 1 else ''}", f"{run['builds']:,}",
-                         rps(run.get("builds_per_s")), ms(run.get("batch_p50_ms")), ms(run.get("batch_p99_ms")),
-                         ms(reads.get("p50_ms")), ms(reads.get("p99_ms"))])
-    lines += _table(["workers", "while", "builds written", "builds/s", "batch p50 ms", "batch p99 ms",
-                     "/builds/{id} p50 ms", "/builds/{id} p99 ms"], rows)
-    first = next(iter(by_workers.values()))
+    for engine, by_servers in engines:
+        for ing in by_servers.values():
+            processes, workers = ing.get("processes", 1), ing.get("workers", 1)
+            servers = f"{processes} × {workers} worker{'s' if workers > 1 else ''}"
+            alone = ing.get("reads_alone") or {}
+            rows.append([engine, servers, "reads alone", "–", "–", "–", "–", ms(alone.get("p50_ms")),
+                         ms(alone.get("p99_ms"))])
+            for run in (ing.get("runs") or {}).values():
+                reads = run.get("reads") or {}
+                rows.append([engine, servers, f"{run['senders']} sender{'s' if run['senders'] > 1 else ''}",
+                             f"{run['builds']:,}", rps(run.get("builds_per_s")), ms(run.get("batch_p50_ms")),
+                             ms(run.get("batch_p99_ms")), ms(reads.get("p50_ms")), ms(reads.get("p99_ms"))])
+    lines += _table(["engine", "servers × workers", "while", "builds written", "builds/s", "batch p50 ms",
+                     "batch p99 ms", "/builds/{id} p50 ms", "/builds/{id} p99 ms"], rows)
+    first = next(iter(engines[0][1].values()))
     lines += [f"Batches of {first.get('batch')} new builds (two outputs, three tags, no log), gzip JSON Lines as "
               "`buildreport push` sends them, each sender one keep-alive connection in a thread of the benchmark; "
-              f"{first.get('seconds')} s a run, into a fresh copy of the database for each `--workers` setting. One "
-              "client reads `/builds/{id}` (rotating ids) throughout; `reads alone` is the same reads with no writes.",
-              ""]
+              f"{first.get('seconds')} s a run, into a fresh copy of the database for each setting. One "
+              "client reads `/builds/{id}` (rotating ids) throughout; `reads alone` is the same reads with no writes. "
+              "With two servers (separate `buildreport serve` processes on one PostgreSQL database) the senders take "
+              "turns over them and the reads go to the first.", ""]
+    return lines
+
+
+def _postgresql_section(out: dict[str, Any], pg: dict[str, Any]) -> list[str]:
+    """The cluster, the copy, the sizes, and every endpoint of both engines side by side."""
+    info = dig(out, "postgresql", "server") or {}
+    lines = ["## PostgreSQL", ""]
+    lines += [f"PostgreSQL {info.get('version')}: a throwaway cluster started by the bench (tests/pgcluster.py: "
+              "`initdb` in a temporary folder, 127.0.0.1, a free port, stopped by its pid afterwards) with "
+              + ", ".join(f"`{k}={v}`" for k, v in (info.get("settings") or {}).items())
+              + " (durable, and like SQLite's `synchronous=NORMAL`: commits reach the WAL at once and the disk "
+              "within moments); everything else is PostgreSQL's default. Its data is a copy of the SQLite database "
+              "above, made with `buildreport migrate`. The SQLite targets do not apply here: these figures are "
+              "reported, not judged.", ""]
+    migrate = dig(out, "postgresql", "migrate") or {}
+    imported = dig(pg, "import", "without_logs") or {}
+    rows = []
+    if migrate:
+        rows.append(["`buildreport migrate` of the database with logs (SQLite → PostgreSQL, checked)",
+                     f"{migrate['builds']:,}", f"{migrate['wall_s']:.2f}", rps(migrate.get("builds_per_s_wall")),
+                     f"{mib(migrate.get('pg_database_size'))} (SQLite: {mib(migrate.get('sqlite_bytes'))})"])
+    if imported:
+        sqlite_size = dig(out, "import", "without_logs", "sizes", "db_plus_wal")
+        rows.append(["`buildreport import` of the file without logs into an empty database", f"{imported['builds']:,}",
+                     f"{imported['wall_s']:.2f} (empty file: {imported['fixed_s']:.2f})",
+                     rps(imported.get("builds_per_s_wall")),
+                     f"{mib(imported.get('pg_database_size'))} (SQLite: {mib(sqlite_size)})"])
+    lines += _table(["copy", "builds", "wall s", "builds/s", "pg_database_size"], rows)
+    after = dig(out, "postgresql", "size_after_bytes")
+    if after:
+        lines += [f"`pg_database_size` is every table, index and TOAST file of the database; after the HTTP runs "
+                  f"(which add no builds: ingestion writes into copies) it was {mib(after)}.", ""]
+
+    lines += ["### Every endpoint on both engines", ""]
+    eps, pg_eps = dig(out, "http", "endpoints") or {}, dig(pg, "http", "endpoints") or {}
+    floors, pg_floors = dig(out, "floor", "endpoints") or {}, dig(pg, "floor", "endpoints") or {}
+    rows = []
+    for key, e in pg_eps.items():
+        figures = []
+        for c, figure in (("c1", "p50_ms"), ("c32", "rps")):
+            ours, theirs = dig(eps, key, c, figure), dig(e, c, figure)
+            shown = ms if figure == "p50_ms" else rps
+            figures += [shown(ours), shown(theirs)]
+        figures += [ms(dig(floors, key, "p50_ms")), ms(dig(pg_floors, key, "p50_ms"))]
+        rows.append([e["label"], *figures])
+    lines += _table(["endpoint", "SQLite p50 ms (1 conn)", "PostgreSQL p50 ms (1 conn)", "SQLite req/s (32 conn)",
+                     "PostgreSQL req/s (32 conn)", "SQLite floor p50 ms", "PostgreSQL floor p50 ms"], rows)
+    lines += ["### HTTP on PostgreSQL, one worker", ""]
+    lines += _http_table(pg)
     return lines
 
 

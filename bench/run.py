@@ -5,6 +5,12 @@ Environment:
     BENCH_SECONDS  seconds of each load run (default 10, 1 to 120)
     BENCH_FRESH=1  regenerate and reimport even when bench/data/ holds today's data
     BENCH_CLIENT   "wrk" (default when installed) or "python" (the httpx fallback)
+    BENCH_ENGINE   "both" (default), "sqlite" or "postgresql": which engines serve the measured requests
+    BENCH_REPORT_DIR  where report.md and report.json go (default bench/)
+
+On PostgreSQL the server's --db is a throwaway cluster (postgres.py) holding a copy of the SQLite database made
+by `buildreport migrate`; without PostgreSQL's server binaries that engine is skipped, except under CI=true or
+BENCH_ENGINE=postgresql, where that is a failure.
 
 Exits non-zero when a measurement failed (a command failed, a server did not start, an endpoint
 answered an error); a missed target is reported, not a failure.
@@ -25,6 +31,10 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from copy import deepcopy
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib import metadata
 from pathlib import Path
@@ -37,7 +47,9 @@ DATA = BENCH / "data"
 RUN_DIR = DATA / "run"
 sys.path.insert(0, str(BENCH))
 
+import ingest  # noqa: E402
 import load  # noqa: E402
+import postgres  # noqa: E402
 import report  # noqa: E402
 from server import AnonSampler, Server, get  # noqa: E402
 
@@ -50,6 +62,22 @@ ROTATE_IDS = 1000
 PAGE_LINKS = 100
 LOADS = ((1, 1), (32, 2))  # (connections, wrk threads)
 MILLION = 1_000_000
+ENGINES = {"both": ("sqlite", "postgresql"), "sqlite": ("sqlite",), "postgresql": ("postgresql",)}
+
+
+@dataclass
+class Engine:
+    """Where one engine's requests are served from, and where its figures go."""
+
+    name: str  # "sqlite" or "postgresql"
+    db: str  # --db: the SQLite file or the postgresql:// URL
+    out: dict[str, Any]
+    # A scratch copy of the database for the writes of the ingestion phase: a context giving its --db.
+    scratch: Callable[[], AbstractContextManager[Path | str]]
+
+    def file(self, name: str) -> Path:
+        """A file of this engine's run in bench/data/run/ (SQLite's keep the names they always had)."""
+        return RUN_DIR / (name if self.name == "sqlite" else f"pg-{name}")
 
 
 def env_int(name: str, default: int, low: int, high: int) -> int:
@@ -110,6 +138,10 @@ class Bench:
         self.builds = env_int("BENCH_BUILDS", MILLION, 100, 50_000_000)
         self.seconds = env_int("BENCH_SECONDS", 10, 1, 120)
         self.fresh = os.environ.get("BENCH_FRESH", "") not in ("", "0")
+        engine = os.environ.get("BENCH_ENGINE", "").strip().lower() or "both"
+        if engine not in ENGINES:
+            raise SystemExit(f"BENCH_ENGINE={engine}: must be one of {', '.join(ENGINES)}")
+        self.engine = engine
         self.quick = self.seconds < 3
         self.cli = cli()
         self.failures: list[str] = []
@@ -120,7 +152,8 @@ class Bench:
         self.out: dict[str, Any] = {
             "generated_at": iso(self.started),
             "settings": {"builds": self.builds, "seconds": self.seconds, "days": DAYS, "accounts": ACCOUNTS,
-                         "seed": SEED, "log_share": LOG_SHARE, "account_measured": ACCOUNT},
+                         "seed": SEED, "log_share": LOG_SHARE, "account_measured": ACCOUNT,
+                         "engines": list(ENGINES[engine])},
         }
 
     # --- helpers ------------------------------------------------------------------------------
@@ -235,7 +268,11 @@ class Bench:
 
     def import_one(self, db: Path, source: Path, fixed: float) -> dict[str, Any]:
         remove_db(db)
-        command = [*self.cli, "import", "--db", str(db), str(source)]
+        return {**self.timed_import(str(db), source, fixed), "sizes": file_sizes(db)}
+
+    def timed_import(self, db: str, source: Path, fixed: float) -> dict[str, Any]:
+        """`buildreport import --db DB SOURCE` into an empty database: wall clock, and net of `fixed`."""
+        command = [*self.cli, "import", "--db", db, str(source)]
         started = time.perf_counter()
         out = self.run(command, timeout=7200)
         wall = time.perf_counter() - started
@@ -246,8 +283,8 @@ class Bench:
         net = max(wall - fixed, 1e-3)
         return {"builds": self.builds, "wall_s": round(wall, 3), "import_s": own, "fixed_s": round(fixed, 3),
                 "net_s": round(net, 3), "builds_per_s_wall": round(self.builds / wall),
-                "builds_per_s_net": round(self.builds / net), "sizes": file_sizes(db),
-                "source_bytes": source.stat().st_size, "measured_at": iso(datetime.now(UTC))}
+                "builds_per_s_net": round(self.builds / net), "source_bytes": source.stat().st_size,
+                "measured_at": iso(datetime.now(UTC))}
 
     def imports(self) -> None:
         started = time.perf_counter()
@@ -489,24 +526,36 @@ class Bench:
                  f"server RssAnon {result['rss_before_kib'] / 1024:,.0f} → {result['rss_after_kib'] / 1024:,.0f} MiB")
         return result
 
-    def load(self, server: Server, ep: dict[str, Any], connections: int, threads: int) -> dict[str, Any] | None:
-        name = f"{ep['key']}-w{server.command[server.command.index('--workers') + 1]}-c{connections}"
+    def load(self, server: Server | list[Server], ep: dict[str, Any], connections: int, threads: int,
+             engine: Engine, alone: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """One load run; over several servers, wrk's threads (the fallback's connections) are spread evenly."""
+        servers = server if isinstance(server, list) else [server]
+        workers = servers[0].command[servers[0].command.index("--workers") + 1]
+        name = (f"{'pg-' if engine.name == 'postgresql' else ''}{ep['key']}-w{workers}-c{connections}"
+                + (f"-p{len(servers)}" if len(servers) > 1 else ""))
         token = None if ep["kind"] == "healthz" else self.token_secret
+        bases = [s.base for s in servers]
         try:
             if self.client == "wrk":
-                result = load.run_wrk(self.wrk, RUN_DIR, name, server.base, ep["paths"], token, connections,
+                result = load.run_wrk(self.wrk, RUN_DIR, name, bases, ep["paths"], token, connections,
                                       threads, self.seconds)
                 result["command"] = rel(result["command"])
             else:
-                result = load.run_python(server.base, ep["paths"], token, connections, self.seconds)
+                result = load.run_python(bases, ep["paths"], token, connections, self.seconds)
         except Exception as exc:
             self.fail(f"{name}: {exc}")
             return None
-        if found := load.problems(result):
+        if load.too_slow_to_measure(result, alone, connections):
+            # Not an error: every answer was still on its way when the run ended.
+            result["too_slow"] = True
+            self.notes.append(f"{name}: no answer within the {self.seconds} s run; one request alone takes "
+                              f"{alone['p50_ms']:,.0f} ms (p50), so {connections} at once outlast the run")  # type: ignore[index]
+        elif found := load.problems(result):
             self.fail(f"{name}: " + ", ".join(found))
-        if server.process is not None and server.process.poll() is not None:
-            self.fail(f"{name}: the server exited ({server.process.returncode}) during the load:\n"
-                      + server.log_tail())
+        for one in servers:
+            if one.process is not None and one.process.poll() is not None:
+                self.fail(f"{name}: the server exited ({one.process.returncode}) during the load:\n"
+                          + one.log_tail())
         self.say(f"{name}: {result['rps']:,.0f} req/s, p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms")
         return result
 
@@ -540,15 +589,15 @@ class Bench:
             self.client = "wrk"
         self.out["client"] = self.client
 
-    def serve_one_worker(self, eps: list[dict[str, Any]]) -> None:
+    def serve_one_worker(self, eps: list[dict[str, Any]], engine: Engine) -> None:
         started = time.perf_counter()
         results: dict[str, Any] = {}
-        server = Server(self.cli, self.db, 1, RUN_DIR / "server-1.log")
+        server = Server(self.cli, engine.db, 1, engine.file("server-1.log"))
         self.commands.append(rel(server.command))
         try:
             server.start()
             sampler = AnonSampler(server.process.pid)  # type: ignore[union-attr]
-            self.say(f"server (1 worker) up on {server.base} in {server.startup_s:.2f}s")
+            self.say(f"{engine.name}: server (1 worker) up on {server.base} in {server.startup_s:.2f}s")
             page = next(ep for ep in eps if ep["kind"] == "page")
             self.signed_links(server, page)
             self.dashboard_link(server, next(ep for ep in eps if ep["kind"] == "dashboard"))
@@ -558,43 +607,68 @@ class Bench:
                 try:
                     entry["probe"] = self.probe(server, ep)
                 except Exception as exc:
-                    self.fail(f"probe {ep['key']}: {exc}")
+                    self.fail(f"{engine.name}: probe {ep['key']}: {exc}")
                     continue
                 for connections, threads in LOADS:
-                    entry[f"c{connections}"] = self.load(server, ep, connections, threads)
+                    entry[f"c{connections}"] = self.load(server, ep, connections, threads, engine,
+                                                         alone=entry.get("c1"))
                     self.settle(server)
             try:
                 exported = self.export(server)
             except Exception as exc:
-                self.fail(f"export: {exc}")
+                self.fail(f"{engine.name}: export: {exc}")
                 exported = None
             memory = server.memory()
             memory["sampled"] = sampler.stop()
         finally:
             server.stop()
-        self.out["http"] = {"server": server.info(), "endpoints": results, "memory": memory, "export": exported}
+        engine.out["http"] = {"server": server.info(), "endpoints": results, "memory": memory, "export": exported}
         if not server.clean_exit():
-            self.notes.append(f"the 1-worker server exited with {server.exit_code} after SIGTERM")
-        self.phase("http_1_worker", started)
+            self.notes.append(f"{engine.name}: the 1-worker server exited with {server.exit_code} after SIGTERM")
+        self.phase(self.phase_name("http_1_worker", engine), started)
 
-    def serve_two_workers(self, eps: list[dict[str, Any]]) -> None:
+    @staticmethod
+    def phase_name(name: str, engine: Engine) -> str:
+        return name if engine.name == "sqlite" else f"postgresql_{name}"
+
+    def serve_two_workers(self, eps: list[dict[str, Any]], engine: Engine) -> None:
         started = time.perf_counter()
-        server = Server(self.cli, self.db, 2, RUN_DIR / "server-2.log")
+        server = Server(self.cli, engine.db, 2, engine.file("server-2.log"))
         self.commands.append(rel(server.command))
         results: dict[str, Any] = {}
         try:
             server.start()
-            self.say(f"server (2 workers) up on {server.base} in {server.startup_s:.2f}s")
+            self.say(f"{engine.name}: server (2 workers) up on {server.base} in {server.startup_s:.2f}s")
             for ep in eps:
                 if ep["key"] in ("builds_default", "build_by_id"):
-                    results[ep["key"]] = self.load(server, ep, 32, 2)
+                    results[ep["key"]] = self.load(server, ep, 32, 2, engine)
             memory = server.memory()
         finally:
             server.stop()
-        self.out["workers2"] = {"server": server.info(), "endpoints": results, "memory": memory}
+        engine.out["workers2"] = {"server": server.info(), "endpoints": results, "memory": memory}
         if not server.clean_exit():
-            self.notes.append(f"the 2-worker server exited with {server.exit_code} after SIGTERM")
-        self.phase("http_2_workers", started)
+            self.notes.append(f"{engine.name}: the 2-worker server exited with {server.exit_code} after SIGTERM")
+        self.phase(self.phase_name("http_2_workers", engine), started)
+
+    def serve_two_processes(self, eps: list[dict[str, Any]], engine: Engine) -> None:
+        """Two `buildreport serve --workers 1` on ports of their own, one database; wrk's two threads (16
+        connections each) load one server each."""
+        started = time.perf_counter()
+        servers = [Server(self.cli, engine.db, 1, engine.file(f"server-p{n}.log")) for n in (1, 2)]
+        results: dict[str, Any] = {}
+        try:
+            for server in servers:
+                self.commands.append(rel(server.command))
+                server.start()
+            self.say(f"{engine.name}: two servers up on {servers[0].base} and {servers[1].base}")
+            for ep in eps:
+                if ep["key"] in ("builds_default", "build_by_id"):
+                    results[ep["key"]] = self.load(servers, ep, 32, 2, engine)
+        finally:
+            for server in servers:
+                server.stop()
+        engine.out["processes2"] = {"servers": [s.info() for s in servers], "endpoints": results}
+        self.phase(self.phase_name("http_2_processes", engine), started)
 
     # --- a bare Litestar app, the yardstick of HTTP overhead ---------------------------------------
 
@@ -669,45 +743,49 @@ class Bench:
 
     # --- ingestion over HTTP -------------------------------------------------------------------
 
-    def ingestion(self, eps: list[dict[str, Any]]) -> None:
-        import ingest
-
+    def ingestion(self, eps: list[dict[str, Any]], engine: Engine, processes: tuple[int, ...] = (1,)) -> None:
+        """Ingestion with one server of 1 and of 2 workers, and with each count of `processes` above one (servers
+        of one worker each, on one database); every setting writes into a fresh scratch copy."""
         started = time.perf_counter()
         reads = next(ep for ep in eps if ep["kind"] == "build")
-        self.out["ingestion"] = {}
-        for workers in (1, 2):
+        engine.out["ingestion"] = {}
+        settings = [(1, 1), (2, 1)] + [(1, count) for count in processes if count > 1]
+        for workers, count in settings:
+            key = str(workers) if count == 1 else f"{count}p"
+            what = f"{workers} worker(s)" if count == 1 else f"{count} processes"
             try:
-                result = ingest.measure(self.cli, self.db, RUN_DIR, self.token_secret, reads["paths"], self.seconds,
-                                        self.wrk if self.client == "wrk" else None, workers)
+                with engine.scratch() as scratch:
+                    result = ingest.measure(self.cli, scratch, RUN_DIR, self.token_secret, reads["paths"],
+                                            self.seconds, self.wrk if self.client == "wrk" else None, workers, count)
             except Exception as exc:
-                self.fail(f"ingestion, {workers} workers: {exc}")
+                self.fail(f"{engine.name}: ingestion, {what}: {exc}")
                 continue
-            self.out["ingestion"][str(workers)] = result
+            engine.out["ingestion"][key] = result
             for senders, run in result["runs"].items():
-                name = f"ingestion, {workers} worker(s), {senders} sender(s)"
+                name = f"{engine.name}: ingestion, {what}, {senders} sender(s)"
                 if run["errors"] or not run["builds"]:
                     self.fail(f"{name}: {run['errors']} errors; {run['first_error']}")
                 if found := load.problems(run["reads"]):
                     self.fail(f"reads during {name}: " + ", ".join(found))
                 self.say(f"{name}: {run['builds_per_s']:,.0f} builds/s; /builds/{{id}} during it:"
                          f" p50 {run['reads']['p50_ms']:.2f} ms, p99 {run['reads']['p99_ms']:.2f} ms")
-        self.phase("ingestion", started)
+        self.phase(self.phase_name("ingestion", engine), started)
 
     # --- floor, executable --------------------------------------------------------------------
 
-    def floor(self, eps: list[dict[str, Any]]) -> None:
+    def floor(self, eps: list[dict[str, Any]], engine: Engine) -> None:
         import floor
 
         started = time.perf_counter()
         usable = [ep for ep in eps if ep["kind"] != "page" or ep.get("tokens")]
         budget = float(max(3, min(self.seconds, 10)))
-        self.out["floor"] = floor.measure(self.db, self.account_id, usable, iterations=200, warmup=20,
-                                          budget_s=budget)
-        for key, result in self.out["floor"]["endpoints"].items():
+        engine.out["floor"] = floor.measure(engine.db, self.account_id, usable, iterations=200, warmup=20,
+                                            budget_s=budget)
+        for key, result in engine.out["floor"]["endpoints"].items():
             if "error" in result:
-                self.fail(f"floor {key}: {result['error']}")
-            self.notes.extend(result.get("notes", []))
-        self.phase("floor", started)
+                self.fail(f"{engine.name}: floor {key}: {result['error']}")
+            self.notes.extend(f"{engine.name}: {note}" for note in result.get("notes", []))
+        self.phase(self.phase_name("floor", engine), started)
 
     def executable(self) -> None:
         started = time.perf_counter()
@@ -727,6 +805,80 @@ class Bench:
                 self.out["executable"] = {"status": f"failed: {exc}"}
         self.phase("executable", started)
 
+    # --- PostgreSQL ---------------------------------------------------------------------------
+
+    def postgresql(self, eps: list[dict[str, Any]]) -> None:
+        """The same measurements against a throwaway PostgreSQL cluster holding a `buildreport migrate` copy of
+        the SQLite database, plus two server processes on that one database."""
+        started = time.perf_counter()
+        pg: dict[str, Any] = {}
+        self.out["postgresql"] = pg
+        try:
+            cluster = postgres.start()
+        except postgres.PostgresMissing as exc:
+            why = f"PostgreSQL was not measured: {exc} (`apt-get install postgresql`, or `make deps` as root)"
+            pg["skipped"] = str(exc)
+            if os.environ.get("CI") == "true" or self.engine == "postgresql":
+                self.fail(why)
+            else:
+                self.notes.append(why)
+            return
+        try:
+            pg["server"] = {"version": postgres.version(cluster), "settings": postgres.SETTINGS,
+                            "startup_s": round(time.perf_counter() - started, 2)}
+            self.say(f"postgresql: cluster {pg['server']['version']} up on {cluster.url()}")
+            name = cluster.create_database()
+            url = cluster.url(name)
+            pg["migrate"] = self.pg_migrate(cluster, name, url)
+            self.phase("postgresql_migrate", started)
+            began = time.perf_counter()
+            pg["import"] = {"without_logs": self.pg_import(cluster)}
+            self.phase("postgresql_import", began)
+            engine = Engine("postgresql", url, pg, lambda: postgres.database_copy(cluster, name))
+            eps = deepcopy(eps)  # signed links differ by server: the SQLite run's stay as they were
+            self.serve_one_worker(eps, engine)
+            self.serve_two_workers(eps, engine)
+            self.serve_two_processes(eps, engine)
+            self.ingestion(eps, engine, processes=(1, 2))
+            self.floor(eps, engine)
+            pg["size_after_bytes"] = postgres.database_size(cluster, name)
+        finally:
+            cluster.stop()
+
+    def pg_migrate(self, cluster: postgres.PgCluster, name: str, url: str) -> dict[str, Any]:
+        """`buildreport migrate` of the bench database (with logs) into the empty database `name`; its time."""
+        command = [*self.cli, "migrate", "--from", str(self.db), "--to", url]
+        began = time.perf_counter()
+        out = self.run(command, timeout=7200)
+        wall = time.perf_counter() - began
+        match = re.search(r"copied ([\d,]+) builds .* in ([0-9.]+)s", out.stderr)
+        if match is None or int(match.group(1).replace(",", "")) != self.builds:
+            raise RuntimeError(f"unexpected migrate output: {out.stderr.strip()[-500:]}")
+        size = postgres.database_size(cluster, name)
+        self.say(f"postgresql: migrate copied {self.builds:,} builds in {wall:.1f}s; database {size / 2**20:,.0f} MiB")
+        return {"builds": self.builds, "wall_s": round(wall, 3), "migrate_s": float(match.group(2)),
+                "builds_per_s_wall": round(self.builds / wall), "pg_database_size": size,
+                "sqlite_bytes": file_sizes(self.db)["db_plus_wal"]}
+
+    def pg_import(self, cluster: postgres.PgCluster) -> dict[str, Any]:
+        """`buildreport import` of the file without logs into an empty PostgreSQL database, net of the cost of
+        importing an empty file (median of three), as on SQLite; and the database's size."""
+        empty = RUN_DIR / "pg-empty.jsonl"
+        empty.write_bytes(b"")
+        times = []
+        for _ in range(3):
+            with postgres.fresh_database(cluster) as (_, url):
+                began = time.perf_counter()
+                self.run([*self.cli, "import", "--db", url, str(empty)], timeout=120, record=not times)
+                times.append(time.perf_counter() - began)
+        with postgres.fresh_database(cluster) as (name, url):
+            self.say(f"postgresql: importing {self.nolog_file.name}")
+            result = self.timed_import(url, self.nolog_file, sorted(times)[1])
+            result["pg_database_size"] = postgres.database_size(cluster, name)
+        self.say(f"postgresql: import {result['wall_s']:.1f}s wall; database {result['pg_database_size'] / 2**20:,.0f}"
+                 " MiB")
+        return result
+
     # --- all ----------------------------------------------------------------------------------
 
     def main(self) -> int:
@@ -742,13 +894,17 @@ class Bench:
             self.facts()
             self.token()
             eps = self.endpoints()
-            self.serve_one_worker(eps)
             self.bare()
-            self.serve_two_workers(eps)
-            self.datasette(eps)
-            self.ingestion(eps)
-            self.floor(eps)
-            self.executable()
+            if "sqlite" in ENGINES[self.engine]:
+                sqlite = Engine("sqlite", str(self.db), self.out, lambda: ingest.sqlite_copy(self.db, RUN_DIR))
+                self.serve_one_worker(eps, sqlite)
+                self.serve_two_workers(eps, sqlite)
+                self.datasette(eps)
+                self.ingestion(eps, sqlite)
+                self.floor(eps, sqlite)
+                self.executable()
+            if "postgresql" in ENGINES[self.engine]:
+                self.postgresql(eps)
         except Exception as exc:
             traceback.print_exc()
             self.fail(f"{type(exc).__name__}: {exc}")
@@ -757,14 +913,18 @@ class Bench:
         self.out.update({"phases_s": self.phases, "commands": self.commands, "notes": self.notes,
                          "failures": self.failures})
         self.out["targets"] = report.targets(self.out)
+        if report.postgres_measured(self.out):
+            self.out["targets_postgresql"] = report.targets_postgresql(self.out)
         # A quick check (CI) writes elsewhere, so it never replaces the committed report of a full run.
         out_dir = Path(os.environ.get("BENCH_REPORT_DIR") or BENCH)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "report.json").write_text(json.dumps(self.out, indent=2, default=str) + "\n")
         (out_dir / "report.md").write_text(report.markdown(self.out))
         self.say(f"wrote {out_dir}/report.md and report.json in {self.phases['total']:.0f}s")
+        pg_rows = {row["target"]: row for row in self.out.get("targets_postgresql", [])}
         for row in self.out["targets"]:
-            self.say(f"  {row['status']:<4} {row['target']}: {row['measured']}")
+            beside = f"; PostgreSQL: {pg_rows[row['target']]['measured']}" if row["target"] in pg_rows else ""
+            self.say(f"  {row['status']:<4} {row['target']}: {row['measured']}{beside}")
         if self.failures:
             self.say(f"{len(self.failures)} measurement(s) failed:")
             for failure in self.failures:

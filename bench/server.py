@@ -98,9 +98,11 @@ class AnonSampler:
 
 
 class Server:
-    """`buildreport serve` in a session of its own, so that it and its workers can be stopped together."""
+    """`buildreport serve` in a session of its own, so that it and its workers can be stopped together.
 
-    def __init__(self, cli: list[str], db: Path, workers: int, log_path: Path) -> None:
+    `db` is a SQLite file or a `postgresql://` URL, as `--db` takes it."""
+
+    def __init__(self, cli: list[str], db: Path | str, workers: int, log_path: Path) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.command = [*cli, "serve", "--db", str(db), "--host", "127.0.0.1", "--port", str(self.port),

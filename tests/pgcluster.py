@@ -152,8 +152,16 @@ class PgCluster:
     # --- starting and stopping -------------------------------------------------------------------------------
 
     @classmethod
-    def start(cls, bin_dir: Path | None = None, timeout: float = 30.0, attempts: int = 3) -> PgCluster:
-        """initdb in a new temporary folder, then the server on a free port, once it accepts connections."""
+    def start(
+        cls,
+        bin_dir: Path | None = None,
+        timeout: float = 30.0,
+        attempts: int = 3,
+        settings: dict[str, str] | None = None,
+    ) -> PgCluster:
+        """initdb in a new temporary folder, then the server on a free port, once it accepts connections.
+
+        `settings` override the test settings above (the benchmark runs with durable writes, for one)."""
         bin_dir = bin_dir or find_bin_dir()
         user = server_user()
         folder = Path(tempfile.mkdtemp(prefix="buildreport-pg-", dir=_base_folder(user)))
@@ -163,7 +171,7 @@ class PgCluster:
             cls._initdb(bin_dir, folder, user)
             for attempt in range(attempts):
                 # A free port may be taken between finding it and binding it: then try another one.
-                cluster = cls._launch(bin_dir, folder, user, free_port())
+                cluster = cls._launch(bin_dir, folder, user, free_port(), settings or {})
                 if cluster._wait_ready(timeout):
                     return cluster
                 log = cluster.log.read_text(errors="replace")
@@ -226,9 +234,12 @@ class PgCluster:
         (folder / "data" / "pg_hba.conf").write_text(HBA)
 
     @classmethod
-    def _launch(cls, bin_dir: Path, folder: Path, user: pwd.struct_passwd | None, port: int) -> PgCluster:
+    def _launch(
+        cls, bin_dir: Path, folder: Path, user: pwd.struct_passwd | None, port: int, overrides: dict[str, str]
+    ) -> PgCluster:
         settings = {
             **SETTINGS,
+            **overrides,
             "listen_addresses": HOST,
             "port": str(port),
             "unix_socket_directories": str(folder),

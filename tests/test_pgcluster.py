@@ -145,6 +145,15 @@ def test_database_from_a_template_copies_its_tables(pg_cluster: PgCluster) -> No
                 pg_cluster.drop_database(name)
 
 
+def test_settings_given_to_start_override_the_test_settings() -> None:
+    cluster = PgCluster.start(require_postgres(), settings={"fsync": "on", "shared_buffers": "32MB"})
+    with cluster, psycopg.connect(cluster.url()) as conn:
+        assert conn.execute("SHOW fsync").fetchone() == ("on",)
+        assert conn.execute("SHOW shared_buffers").fetchone() == ("32MB",)
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)  # the rest stays as it was
+        assert conn.execute("SHOW listen_addresses").fetchone() == (HOST,)
+
+
 def test_stop_ends_the_postmaster_by_pid_and_removes_its_folder() -> None:
     cluster = PgCluster.start(require_postgres())
     pid, folder, port = cluster.pid, cluster.folder, cluster.port
