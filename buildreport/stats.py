@@ -128,6 +128,15 @@ class _Group:
             self.newest = _later(self.newest, newest, value)
             self.newest_failed = _later(self.newest_failed, newest_failed, value)
 
+    def p95_duration(self) -> float | None:
+        """The nearest-rank p95 of the durations, for ranking groups; sorts them in place (result reuses that)."""
+        self.durations.sort()
+        return nearest_rank(self.durations, 95) if self.durations else None
+
+    def line(self, key: str, with_percentiles: bool = True) -> tuple[BuildStatsGroup, Newest | None, Newest | None]:
+        """The group's figures with its newest build and newest failed build."""
+        return self.result(key, with_percentiles), _mark(self.newest), _mark(self.newest_failed)
+
     def result(self, key: str, with_percentiles: bool = True) -> BuildStatsGroup:
         ok, failed, discarded, running = self.counts
         return BuildStatsGroup(
@@ -191,6 +200,12 @@ def _grouped(rows: Iterable[Decoded], group_by: GroupBy) -> dict[Any, _Group]:
     return groups
 
 
+def value_groups(rows: Iterable[Decoded], kind: str) -> dict[str, _Group]:
+    """The rows' groups by `derivation` or `derivation_path`, unordered and unfinished: a caller that shows a
+    few of thousands ranks them and finishes only those (with `_Group.line`)."""
+    return _grouped(rows, GroupBy(kind))
+
+
 def _ordered(groups: dict[Any, _Group], query: StatsQuery) -> list[tuple[Any, _Group]]:
     """Time groups: every period of the window, ascending. Value groups: the largest `limit` of them."""
     period = _PERIODS.get(query.group_by.kind)
@@ -214,18 +229,6 @@ def build_stats(rows: Iterable[tuple], query: StatsQuery) -> list[BuildStatsGrou
     kind = query.group_by.kind
     groups = _grouped(decode_rows(rows), query.group_by)
     return [group.result(_key(kind, key)) for key, group in _ordered(groups, query)]
-
-
-def build_stats_with_newest(
-    rows: Iterable[Decoded], query: StatsQuery, with_percentiles: bool = True
-) -> list[tuple[BuildStatsGroup, Newest | None, Newest | None]]:
-    """As build_stats from decoded rows, with each group's newest build and newest failed build (for the
-    dashboard's links); without percentiles when the caller shows none."""
-    kind = query.group_by.kind
-    return [
-        (group.result(_key(kind, key), with_percentiles), _mark(group.newest), _mark(group.newest_failed))
-        for key, group in _ordered(_grouped(rows, query.group_by), query)
-    ]
 
 
 def usage_breakdown(rows: Iterable[tuple], group_by: GroupBy) -> list[UsageBreakdownGroup]:
