@@ -9,7 +9,8 @@ costs more than everything else together). Each group is read on its own, as ran
 every figure it needs:
 
 - time groups (no tag filter): one range of `builds_for_stats` per period and status;
-- tag groups: the tag's values, found one by one in the tag index, then each value's builds in the window;
+- tag groups: the tag's values, found one by one in the tag index, then each value's tag rows in the window
+  (each tag row holds its build's status, CPU seconds, duration and queue time);
 - derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
 - anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
 
@@ -158,12 +159,11 @@ def _value_groups(name: str, values: str, values_params: list[object], select: s
 
 def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bool, queues: bool) -> Query:
     """Figures per value of the tag `key`: its values found one by one in the tag index, each value's builds in
-    the window read through `builds_by_time`, which holds their figures.
+    the window one range of the tag table, whose rows hold their build's figures (so it is named `b` here).
 
-    `+` keeps SQLite from reaching the build by its rowid (a read of the whole row, JSON included) or from
-    turning the tag row's time into a range of builds."""
-    window, window_params = _window("g.create_us", build_filter)
-    conditions, condition_params = _conditions(account_id, build_filter)
+    Only a derivation path filter needs the build itself, through `builds_by_time`: there `+` keeps SQLite from
+    reaching the build by its rowid (a read of the whole row, JSON included) or from turning the tag row's time
+    into a range of builds."""
     values = (
         "SELECT min(value) FROM build_tags WHERE account_id = ? AND key = ?"
         " UNION ALL"
@@ -171,14 +171,20 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bo
         " WHERE t.account_id = ? AND t.key = ? AND t.value > tag_values.value)"
         " FROM tag_values WHERE tag_values.value IS NOT NULL"
     )
-    select = (
-        "FROM build_tags g JOIN builds b ON b.account_id = g.account_id AND b.create_us = +g.create_us"
-        " AND +b.build_id = g.build_id"
-    )
-    where = f"g.account_id = ? AND g.key = ? AND g.value = {{value}}{window}{conditions}"
+    if build_filter.derivation_path is None:
+        tag, select = "b", "FROM build_tags b"
+    else:
+        tag = "g"
+        select = (
+            "FROM build_tags g JOIN builds b ON b.account_id = g.account_id AND b.create_us = +g.create_us"
+            " AND +b.build_id = g.build_id"
+        )
+    window, window_params = _window(f"{tag}.create_us", build_filter)
+    conditions, condition_params = _conditions(account_id, build_filter)
+    where = f"{tag}.account_id = ? AND {tag}.key = ? AND {tag}.value = {{value}}{window}{conditions}"
     where_params = [account_id, key, *window_params, *condition_params]
     return _value_groups("tag_values", values, [account_id, key, account_id, key], select, where, where_params,
-                         "g.create_us DESC, g.build_id DESC", newest, queues)
+                         f"{tag}.create_us DESC, {tag}.build_id DESC", newest, queues)
 
 
 def _derivation_groups(account_id: int, build_filter: BuildFilter, newest: bool, queues: bool) -> Query:

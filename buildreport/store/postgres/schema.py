@@ -67,6 +67,11 @@ MIGRATIONS: tuple[str, ...] = (
         value TEXT NOT NULL,
         create_us BIGINT NOT NULL,
         build_id BIGINT NOT NULL,
+        -- The build's figures, as its own columns hold them (statistics by tag read them from here).
+        status TEXT NOT NULL,
+        cpu_seconds BIGINT NOT NULL,
+        duration_text TEXT,
+        queue_text TEXT,
         PRIMARY KEY (account_id, key, value, create_us, build_id)
     );
     {_TOTALS_TABLE.format(name="hourly_totals")}

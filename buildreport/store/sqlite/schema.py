@@ -146,6 +146,17 @@ MIGRATIONS += (
     CREATE INDEX builds_by_derivation ON builds (account_id, derivation_path, create_us, build_id, status,
                                                  cpu_seconds, duration_text, queue_text);
     """,
+    """
+    -- Each tag row carries its build's figures: statistics by tag read one range of build_tags per value
+    -- instead of looking up every tagged build. The writer keeps them equal to the build's columns.
+    ALTER TABLE build_tags ADD COLUMN status TEXT;
+    ALTER TABLE build_tags ADD COLUMN cpu_seconds INTEGER;
+    ALTER TABLE build_tags ADD COLUMN duration_text TEXT;
+    ALTER TABLE build_tags ADD COLUMN queue_text TEXT;
+    UPDATE build_tags AS t SET status = b.status, cpu_seconds = b.cpu_seconds, duration_text = b.duration_text,
+                               queue_text = b.queue_text
+    FROM builds AS b WHERE b.build_id = t.build_id;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
