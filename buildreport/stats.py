@@ -22,6 +22,7 @@ from buildreport.models import (
     Percentiles,
     UsageBreakdownGroup,
 )
+from buildreport.store import day_figures
 from buildreport.times import US_PER_DAY, format_us, from_us
 
 US_PER_HOUR = US_PER_DAY // 24
@@ -159,13 +160,20 @@ _Figures = tuple[tuple[int, int, int, int], int, int, list[float], list[float]]
 _NO_BUILDS = (0, 0, 0, 0)
 
 
-def _figures(status: str | None, text: str) -> _Figures:
+def _figures(status: str | None, text: str | bytes | None) -> _Figures:
     """The figures of a row of stats_rows: of builds of one status, or of every kind. The numbers are decoded
-    from the JSON text of the values as stored, so they are exactly the values a client reads."""
-    if status is None:
+    from the JSON text of the values as stored, so they are exactly the values a client reads; a day's kept
+    figures come as their binary value (store/day_figures.py), or null when the day has no such builds."""
+    if text is None:
+        return _NO_BUILDS, 0, 0, [], []
+    if isinstance(text, bytes | memoryview):
+        builds, cpu, durations, queues = day_figures.unpack(bytes(text))
+    elif status is None:
         builds, ok, discarded, running, cpu, unbilled_cpu, durations, queues = _BY_KIND.decode(text)
         return (ok, builds - ok - discarded - running, discarded, running), cpu, cpu - unbilled_cpu, durations, queues
-    builds, cpu, durations, queues = _BY_STATUS.decode(text)
+    else:
+        builds, cpu, durations, queues = _BY_STATUS.decode(text)
+    assert status is not None  # rows of kept figures are of one status
     counts = [0, 0, 0, 0]
     counts[_KIND_INDEX[status]] = builds
     return tuple(counts), cpu, cpu if status in _BILLABLE else 0, durations, queues  # type: ignore[return-value]

@@ -43,8 +43,9 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 # Undoes the schema's last migration on a database: the builds table as it was before statistics read durations
 # and queue times from columns (for tests that bring an older database up to date).
-# A database before build_tags carried its builds' figures (schema version 6).
+# A database before build_tags carried its builds' figures and days their kept figures (schema version 6).
 WITHOUT_TAG_FIGURES = """
+DROP TABLE day_figures;
 ALTER TABLE build_tags DROP COLUMN status;
 ALTER TABLE build_tags DROP COLUMN cpu_seconds;
 ALTER TABLE build_tags DROP COLUMN duration_text;

@@ -62,7 +62,14 @@ def _tag_figures(db) -> list[tuple]:
     return rows
 
 
-def test_migration_gives_tag_rows_their_builds_figures_as_a_fresh_import_writes_them(tmp_path):
+def _day_figures(db) -> list[tuple]:
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT account_id, day_us, status, figures FROM day_figures ORDER BY 1, 2, 3").fetchall()
+    conn.close()
+    return rows
+
+
+def test_migration_gives_tag_rows_and_days_their_figures_as_a_fresh_import_writes_them(tmp_path):
     records = [
         record(1, duration_seconds=0.1 + 0.2, queue_time_seconds=1e-7, cpu_seconds=7, tags={"project": "web"}),
         record(2, build_status="build_failed", tags={"project": "ml", "run": "r2"}),
@@ -73,6 +80,8 @@ def test_migration_gives_tag_rows_their_builds_figures_as_a_fresh_import_writes_
     import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
     conn.close()
     fresh = _tag_figures(tmp_path / "t.db")
+    fresh_days = _day_figures(tmp_path / "t.db")
+    assert len(fresh_days) == 3  # one day, three statuses
     assert [row[0] for row in fresh] == [1, 2, 2, 3]
     assert all(row[2:6] == row[6:] for row in fresh)
     assert fresh[0][2:6] == ("built", 7, "0.30000000000000004", "1e-7")
@@ -85,6 +94,7 @@ def test_migration_gives_tag_rows_their_builds_figures_as_a_fresh_import_writes_
 
     open_database(tmp_path / "t.db").close()
     assert _tag_figures(tmp_path / "t.db") == fresh
+    assert _day_figures(tmp_path / "t.db") == fresh_days
 
 
 def test_migration_adds_status_to_stored_builds_exactly_as_a_fresh_import_writes_them(tmp_path):

@@ -28,6 +28,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("build_tags", ("account_id", "key", "value", "create_us", "build_id", "status", "cpu_seconds", "duration_text",
                     "queue_text")),
     ("build_logs", ("build_id", "size_bytes", "zlib")),
+    ("day_figures", ("account_id", "day_us", "status", "figures")),
     ("hourly_totals", _TOTALS),
     ("daily_totals", _TOTALS),
     ("daily_usage", ("account_id", "day_us", "builds", "cpu_seconds")),

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
+from buildreport.store import day_figures
 from buildreport.store.tag_totals import TagTouches
 from buildreport.store.totals import (
     DAILY,
@@ -258,6 +259,7 @@ class BuildWriter:
         apply_hour_deltas(self._conn, {k: d for k, d in self._hour_deltas.items() if k[0] not in full})
         apply_usage_deltas(self._conn, {k: d for k, d in self._usage_deltas.items() if k[0] not in full})
         self._tags.apply(self._conn)
+        day_figures.recompute(self._conn, {(account_id, day_of(hour)) for account_id, hour in self._hours})
         for account_id, location in self._last_location.items():
             field = oversized_totals(self._conn, account_id)
             if field is not None:
