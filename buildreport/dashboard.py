@@ -8,6 +8,7 @@ and the API can never disagree. Charts are SVG (charts.py); no JavaScript, the b
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -23,7 +24,7 @@ from buildreport.errors import Problem
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
-from buildreport.stats import Decoded, Newest, build_stats, build_stats_with_newest, decode_rows, derivation_name
+from buildreport.stats import Decoded, Newest, build_stats, decode_rows, derivation_name, value_groups
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_DAY, US_PER_SECOND, from_us, month_start_us, now_us
 from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view
@@ -247,9 +248,7 @@ async def dashboard_page(
     by_path = decode_rows(
         await reader.stats_rows(account, window, GroupBy("derivation_path"), newest=True, queue_times=False)
     )
-    by_name = groups_with_newest(by_path, window, "derivation", now)
-    # The flaky table shows counts only: no percentiles per path.
-    by_path_groups = groups_with_newest(by_path, window, "derivation_path", now, with_percentiles=False)
+    slowest, failing, flaky = derivation_tables(by_path)
     month = month_start_us(now)
     this_month = await reader.usage(account, filters.UsageQuery(from_us=month))
     last_month = await reader.usage(account, filters.UsageQuery(from_us=month_start_us(month - 1), to_us=month))
@@ -258,18 +257,6 @@ async def dashboard_page(
     failed_filter = msgspec.structs.replace(window, statuses=tuple(sorted(FAILED)))
     failures = _BUILDS.decode((await reader.list_builds(account, ListQuery(filter=failed_filter, limit=TOP))).body)
     links = _Links(request, claims)
-    slowest = sorted(
-        (line for line in by_name if line[0].duration_seconds),
-        key=lambda line: (-line[0].duration_seconds.p95, line[0].key),  # type: ignore[union-attr]
-    )
-    failing = sorted(
-        (line for line in by_name if line[0].failed_build_count),
-        key=lambda line: (-line[0].failed_build_count, line[0].key),
-    )
-    flaky = sorted(
-        (line for line in by_path_groups if line[0].failed_build_count and line[0].successful_build_count),
-        key=lambda line: (-line[0].failed_build_count, line[0].key),
-    )
     prefix = _prefix(request)
     return _render(
         request,
@@ -286,9 +273,9 @@ async def dashboard_page(
         usage_chart=_usage_chart(this_month, last_month),
         this_month=this_month,
         last_month=last_month,
-        slowest=[DerivationLine(g, links.newest(newest)) for g, newest, _ in slowest[:TOP] if newest],
-        failing=[DerivationLine(g, links.newest(failed)) for g, _, failed in failing[:TOP] if failed],
-        flaky=[DerivationLine(g, links.newest(failed)) for g, _, failed in flaky[:TOP] if failed],
+        slowest=[DerivationLine(g, links.newest(newest)) for g, newest, _ in slowest if newest],
+        failing=[DerivationLine(g, links.newest(failed)) for g, _, failed in failing if failed],
+        flaky=[DerivationLine(g, links.newest(failed)) for g, _, failed in flaky if failed],
         failures=[links.to(b.build_id, b.derivation_path, b.build_status.value, 0) for b in failures],
         running=[(b, links.to(b.build_id, b.derivation_path, b.build_status.value, 0)) for b in running],
         expires=from_us(claims.expires_us),
@@ -297,12 +284,32 @@ async def dashboard_page(
     )
 
 
-def groups_with_newest(
-    rows: Sequence[Decoded], window: BuildFilter, kind: str, now: int, with_percentiles: bool = True
-) -> list[tuple]:
-    """Every value group of the rows (no limit) with its newest builds: the derivation tables pick from them."""
-    query = StatsQuery(filter=window, group_by=GroupBy(kind), end_us=now, limit=max(len(rows), 1))
-    return build_stats_with_newest(rows, query, with_percentiles)
+Line = tuple[BuildStatsGroup, Newest | None, Newest | None]
+
+
+def derivation_tables(rows: Sequence[Decoded]) -> tuple[list[Line], list[Line], list[Line]]:
+    """The TOP slowest derivations (duration p95), the most failing ones and the flakiest paths (both failed and
+    succeeded), ties by key. Of the thousands of groups only the rank is computed; the shown ones are finished."""
+    names = value_groups(rows, "derivation")
+    slowest = heapq.nsmallest(
+        TOP, ((-p95, key, group) for key, group in names.items() if (p95 := group.p95_duration()) is not None)
+    )
+    failing = heapq.nsmallest(TOP, ((-g.counts[1], key, g) for key, g in names.items() if g.counts[1]))
+    # Flaky paths are ranked on their counts alone; only the shown ones become groups.
+    counts: dict[str, list[int]] = {}
+    for path, ((ok, failed, _, _), *_figures), _, _ in rows:
+        both = counts.get(path) or counts.setdefault(path, [0, 0])
+        both[0] += failed
+        both[1] += ok
+    shown = {path for _, path in heapq.nsmallest(TOP, ((-f, p) for p, (f, ok) in counts.items() if f and ok))}
+    paths = value_groups((row for row in rows if row[0] in shown), "derivation_path")
+    flaky = sorted((-g.counts[1], key, g) for key, g in paths.items())
+    # The flaky table shows counts only: no percentiles per path.
+    return (
+        [group.line(key) for _, key, group in slowest],
+        [group.line(key) for _, key, group in failing],
+        [group.line(key, with_percentiles=False) for _, key, group in flaky],
+    )
 
 
 def dashboard_router() -> Router:

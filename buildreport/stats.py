@@ -22,6 +22,7 @@ from buildreport.models import (
     Percentiles,
     UsageBreakdownGroup,
 )
+from buildreport.store import day_figures
 from buildreport.times import US_PER_DAY, format_us, from_us
 
 US_PER_HOUR = US_PER_DAY // 24
@@ -128,6 +129,15 @@ class _Group:
             self.newest = _later(self.newest, newest, value)
             self.newest_failed = _later(self.newest_failed, newest_failed, value)
 
+    def p95_duration(self) -> float | None:
+        """The nearest-rank p95 of the durations, for ranking groups; sorts them in place (result reuses that)."""
+        self.durations.sort()
+        return nearest_rank(self.durations, 95) if self.durations else None
+
+    def line(self, key: str, with_percentiles: bool = True) -> tuple[BuildStatsGroup, Newest | None, Newest | None]:
+        """The group's figures with its newest build and newest failed build."""
+        return self.result(key, with_percentiles), _mark(self.newest), _mark(self.newest_failed)
+
     def result(self, key: str, with_percentiles: bool = True) -> BuildStatsGroup:
         ok, failed, discarded, running = self.counts
         return BuildStatsGroup(
@@ -150,13 +160,20 @@ _Figures = tuple[tuple[int, int, int, int], int, int, list[float], list[float]]
 _NO_BUILDS = (0, 0, 0, 0)
 
 
-def _figures(status: str | None, text: str) -> _Figures:
+def _figures(status: str | None, text: str | bytes | None) -> _Figures:
     """The figures of a row of stats_rows: of builds of one status, or of every kind. The numbers are decoded
-    from the JSON text of the values as stored, so they are exactly the values a client reads."""
-    if status is None:
+    from the JSON text of the values as stored, so they are exactly the values a client reads; a day's kept
+    figures come as their binary value (store/day_figures.py), or null when the day has no such builds."""
+    if text is None:
+        return _NO_BUILDS, 0, 0, [], []
+    if isinstance(text, bytes | memoryview):
+        builds, cpu, durations, queues = day_figures.unpack(bytes(text))
+    elif status is None:
         builds, ok, discarded, running, cpu, unbilled_cpu, durations, queues = _BY_KIND.decode(text)
         return (ok, builds - ok - discarded - running, discarded, running), cpu, cpu - unbilled_cpu, durations, queues
-    builds, cpu, durations, queues = _BY_STATUS.decode(text)
+    else:
+        builds, cpu, durations, queues = _BY_STATUS.decode(text)
+    assert status is not None  # rows of kept figures are of one status
     counts = [0, 0, 0, 0]
     counts[_KIND_INDEX[status]] = builds
     return tuple(counts), cpu, cpu if status in _BILLABLE else 0, durations, queues  # type: ignore[return-value]
@@ -191,6 +208,12 @@ def _grouped(rows: Iterable[Decoded], group_by: GroupBy) -> dict[Any, _Group]:
     return groups
 
 
+def value_groups(rows: Iterable[Decoded], kind: str) -> dict[str, _Group]:
+    """The rows' groups by `derivation` or `derivation_path`, unordered and unfinished: a caller that shows a
+    few of thousands ranks them and finishes only those (with `_Group.line`)."""
+    return _grouped(rows, GroupBy(kind))
+
+
 def _ordered(groups: dict[Any, _Group], query: StatsQuery) -> list[tuple[Any, _Group]]:
     """Time groups: every period of the window, ascending. Value groups: the largest `limit` of them."""
     period = _PERIODS.get(query.group_by.kind)
@@ -214,18 +237,6 @@ def build_stats(rows: Iterable[tuple], query: StatsQuery) -> list[BuildStatsGrou
     kind = query.group_by.kind
     groups = _grouped(decode_rows(rows), query.group_by)
     return [group.result(_key(kind, key)) for key, group in _ordered(groups, query)]
-
-
-def build_stats_with_newest(
-    rows: Iterable[Decoded], query: StatsQuery, with_percentiles: bool = True
-) -> list[tuple[BuildStatsGroup, Newest | None, Newest | None]]:
-    """As build_stats from decoded rows, with each group's newest build and newest failed build (for the
-    dashboard's links); without percentiles when the caller shows none."""
-    kind = query.group_by.kind
-    return [
-        (group.result(_key(kind, key), with_percentiles), _mark(group.newest), _mark(group.newest_failed))
-        for key, group in _ordered(_grouped(rows, query.group_by), query)
-    ]
 
 
 def usage_breakdown(rows: Iterable[tuple], group_by: GroupBy) -> list[UsageBreakdownGroup]:

@@ -43,7 +43,16 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 # Undoes the schema's last migration on a database: the builds table as it was before statistics read durations
 # and queue times from columns (for tests that bring an older database up to date).
-WITHOUT_STATS_COLUMNS = """
+# A database before build_tags carried its builds' figures and days their kept figures (schema version 6).
+WITHOUT_TAG_FIGURES = """
+DROP TABLE day_figures;
+ALTER TABLE build_tags DROP COLUMN status;
+ALTER TABLE build_tags DROP COLUMN cpu_seconds;
+ALTER TABLE build_tags DROP COLUMN duration_text;
+ALTER TABLE build_tags DROP COLUMN queue_text;
+"""
+# A database before builds carried the numbers' text (schema version 5).
+WITHOUT_STATS_COLUMNS = WITHOUT_TAG_FIGURES + """
 DROP INDEX builds_for_stats;
 DROP INDEX builds_by_time;
 DROP INDEX builds_by_derivation;

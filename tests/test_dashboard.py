@@ -129,6 +129,19 @@ def test_dashboard_figures_are_those_of_the_api(api, window):
     assert re.findall(r'<th scope="row" class="path">([^<]+)</th>', shown.group(0)) == [g["key"] for g in flaky[:10]]
     if not flaky:
         assert "Flaky derivations the same derivation path both failed and succeeded in this window None" in text
+    names = client.get(
+        "/builds/stats",
+        params={"group_by": "derivation", "limit": 1000, "create_time_from": f"{window_start(window)}"},
+        headers=auth(secret),
+    ).json()
+    timed = [g for g in names if g["duration_seconds"]]
+    slowest = sorted(timed, key=lambda g: (-g["duration_seconds"]["p95"], g["key"]))
+    failing = sorted((g for g in names if g["failed_build_count"]), key=lambda g: (-g["failed_build_count"], g["key"]))
+    for section, expected in (("slowest-h", slowest), ("failing-h", failing)):
+        shown = re.search(rf'id="{section}".*?</section>', page.text, re.S)
+        assert shown is not None
+        rows = re.findall(r'<th scope="row" class="path">([^<]+)</th>', shown.group(0))
+        assert rows == [g["key"] for g in expected[:10]]
 
 
 def window_start(window: str) -> str:

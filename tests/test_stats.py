@@ -296,6 +296,18 @@ def test_stats_follow_a_build_written_again_with_other_figures(tmp_path):
     assert day["duration_seconds"]["max"] == 7200.125
 
 
+def test_tag_groups_follow_a_build_written_again_under_the_same_tag(tmp_path):
+    env = Env(tmp_path)
+    env.load([record(1, duration_seconds=10.5, queue_time_seconds=2.25, cpu_seconds=5, tags={"project": "web"})])
+    env.load([record(1, build_status="timeout", duration_seconds=7200.125, queue_time_seconds=0.1 + 0.2,
+                      cpu_seconds=9, tags={"project": "web"})])
+    since = z(us((NOW - timedelta(days=1)).isoformat()))
+    (web,) = _stats(env, create_time_from=since, group_by="tag:project")
+    assert (web["key"], web["build_count"], web["failed_build_count"], web["total_cpu_seconds"]) == ("web", 1, 1, 9)
+    assert web["duration_seconds"]["max"] == 7200.125
+    assert web["queue_time_seconds"]["max"] == 0.1 + 0.2
+
+
 def test_an_open_window_reaches_builds_created_after_now(tmp_path):
     env = Env(tmp_path)
     later = NOW + timedelta(days=2)

@@ -8,12 +8,15 @@ Statistics by time, tag and derivation never sort the window's builds in SQLite 
 costs more than everything else together). Each group is read on its own, as ranges of an index that holds
 every figure it needs:
 
-- time groups (no tag filter): one range of `builds_for_stats` per period and status;
-- tag groups: the tag's values, found one by one in the tag index, then each value's builds in the window;
+- time groups (no tag filter): one range of `builds_for_stats` per period and status; a whole day of a
+  grouping by day, its row of `day_figures` (kept by the writer, see day_figures.py) per status;
+- tag groups: the tag's values, found one by one in the tag index, then each value's tag rows in the window
+  (each tag row holds its build's status, CPU seconds, duration and queue time);
 - derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
 - anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
 
-Each row is `(value, status, figures, newest, newest_failed)`. `figures` is a JSON array: with a status,
+Each row is `(value, status, figures, newest, newest_failed)`. `figures` is a JSON array (or, from
+`day_figures`, its binary value, or null for a day without builds of the status): with a status,
 `[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
 `[builds, successful, discarded, unfinished, cpu seconds, unbilled cpu seconds, [durations], [queue times]]`.
 `newest` and `newest_failed` are `"create_us build_id status"` (numbers zero-padded to 20 digits, so that the
@@ -124,12 +127,22 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         " SELECT periods.high, CASE WHEN periods.high + ? < end_us THEN periods.high + ? ELSE end_us END"
         " FROM periods, bounds WHERE periods.high < end_us),"
         f" statuses(status) AS (VALUES {','.join('(?)' for _ in statuses)})"
-        f" SELECT periods.low - periods.low % ?, statuses.status, (SELECT {_by_status('b', queues)} FROM builds b"
-        " WHERE b.account_id = ? AND b.status = statuses.status"
-        " AND b.create_us >= periods.low AND b.create_us < periods.high),"
-        " NULL, NULL FROM periods, statuses"
     )
-    params = [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id]
+    from_builds = (
+        f"(SELECT {_by_status('b', queues)} FROM builds b WHERE b.account_id = ? AND b.status = statuses.status"
+        " AND b.create_us >= periods.low AND b.create_us < periods.high)"
+    )
+    if period == US_PER_DAY:  # whole days of the window: their kept figures
+        figures = (
+            "CASE WHEN periods.low % ? = 0 AND periods.high = periods.low + ? THEN (SELECT f.figures FROM day_figures f"
+            " WHERE f.account_id = ? AND f.day_us = periods.low AND f.status = statuses.status)"
+            f" ELSE {from_builds} END"
+        )
+        figure_params = [period, period, account_id, account_id]
+    else:
+        figures, figure_params = from_builds, [account_id]
+    sql += f" SELECT periods.low - periods.low % ?, statuses.status, {figures}, NULL, NULL FROM periods, statuses"
+    params = [*bounds_params, low, first_end, first_end, period, period, *statuses, period, *figure_params]
     return sql, params
 
 
@@ -158,12 +171,11 @@ def _value_groups(name: str, values: str, values_params: list[object], select: s
 
 def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bool, queues: bool) -> Query:
     """Figures per value of the tag `key`: its values found one by one in the tag index, each value's builds in
-    the window read through `builds_by_time`, which holds their figures.
+    the window one range of the tag table, whose rows hold their build's figures (so it is named `b` here).
 
-    `+` keeps SQLite from reaching the build by its rowid (a read of the whole row, JSON included) or from
-    turning the tag row's time into a range of builds."""
-    window, window_params = _window("g.create_us", build_filter)
-    conditions, condition_params = _conditions(account_id, build_filter)
+    Only a derivation path filter needs the build itself, through `builds_by_time`: there `+` keeps SQLite from
+    reaching the build by its rowid (a read of the whole row, JSON included) or from turning the tag row's time
+    into a range of builds."""
     values = (
         "SELECT min(value) FROM build_tags WHERE account_id = ? AND key = ?"
         " UNION ALL"
@@ -171,14 +183,20 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bo
         " WHERE t.account_id = ? AND t.key = ? AND t.value > tag_values.value)"
         " FROM tag_values WHERE tag_values.value IS NOT NULL"
     )
-    select = (
-        "FROM build_tags g JOIN builds b ON b.account_id = g.account_id AND b.create_us = +g.create_us"
-        " AND +b.build_id = g.build_id"
-    )
-    where = f"g.account_id = ? AND g.key = ? AND g.value = {{value}}{window}{conditions}"
+    if build_filter.derivation_path is None:
+        tag, select = "b", "FROM build_tags b"
+    else:
+        tag = "g"
+        select = (
+            "FROM build_tags g JOIN builds b ON b.account_id = g.account_id AND b.create_us = +g.create_us"
+            " AND +b.build_id = g.build_id"
+        )
+    window, window_params = _window(f"{tag}.create_us", build_filter)
+    conditions, condition_params = _conditions(account_id, build_filter)
+    where = f"{tag}.account_id = ? AND {tag}.key = ? AND {tag}.value = {{value}}{window}{conditions}"
     where_params = [account_id, key, *window_params, *condition_params]
     return _value_groups("tag_values", values, [account_id, key, account_id, key], select, where, where_params,
-                         "g.create_us DESC, g.build_id DESC", newest, queues)
+                         f"{tag}.create_us DESC, {tag}.build_id DESC", newest, queues)
 
 
 def _derivation_groups(account_id: int, build_filter: BuildFilter, newest: bool, queues: bool) -> Query:

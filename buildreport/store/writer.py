@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
+from buildreport.store import day_figures
 from buildreport.store.tag_totals import TagTouches
 from buildreport.store.totals import (
     DAILY,
@@ -258,6 +259,7 @@ class BuildWriter:
         apply_hour_deltas(self._conn, {k: d for k, d in self._hour_deltas.items() if k[0] not in full})
         apply_usage_deltas(self._conn, {k: d for k, d in self._usage_deltas.items() if k[0] not in full})
         self._tags.apply(self._conn)
+        day_figures.recompute(self._conn, {(account_id, day_of(hour)) for account_id, hour in self._hours})
         for account_id, location in self._last_location.items():
             field = oversized_totals(self._conn, account_id)
             if field is not None:
@@ -489,18 +491,24 @@ class BuildWriter:
             stale,
         )
         self._tags.add(-1, stale, stale_stats)
-        fresh, fresh_stats = [], []
+        fresh, fresh_stats, fresh_figures = [], [], []
         for row in rows:
             b = row.build
             figures = (b.build_status.value, b.cpu_seconds, row.duration_us, sum(o.nar_size_bytes for o in b.outputs),
                        row.start_us, row.stop_us)
+            # A tag row carries the figures statistics by tag read, as the build's own columns hold them.
+            columns = (b.build_status.value, b.cpu_seconds, _number_text(b.duration_seconds),
+                       _number_text(b.queue_time_seconds))
             for k, v in b.tags.items():
                 fresh.append((row.account_id, k, v, row.create_us, b.build_id))
                 fresh_stats.append(figures)
+                fresh_figures.append(columns)
         self._conn.executemany(
-            "INSERT INTO build_tags (account_id, key, value, create_us, build_id) VALUES (?, ?, ?, ?, ?)"
-            " ON CONFLICT DO NOTHING",
-            fresh,
+            "INSERT INTO build_tags (account_id, key, value, create_us, build_id, status, cpu_seconds, duration_text,"
+            " queue_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, key, value, create_us, build_id)"
+            " DO UPDATE SET status = excluded.status, cpu_seconds = excluded.cpu_seconds,"
+            " duration_text = excluded.duration_text, queue_text = excluded.queue_text",
+            [(*tag, *columns) for tag, columns in zip(fresh, fresh_figures, strict=True)],
         )
         self._tags.add(1, fresh, fresh_stats)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from buildreport.store import day_figures
 from buildreport.store.postgres.connection import MIGRATION_LOCK, PgConnection
 
 _TOTALS_TABLE = """
@@ -67,8 +68,14 @@ MIGRATIONS: tuple[str, ...] = (
         value TEXT NOT NULL,
         create_us BIGINT NOT NULL,
         build_id BIGINT NOT NULL,
+        -- The build's figures, as its own columns hold them (statistics by tag read them from here).
+        status TEXT NOT NULL,
+        cpu_seconds BIGINT NOT NULL,
+        duration_text TEXT,
+        queue_text TEXT,
         PRIMARY KEY (account_id, key, value, create_us, build_id)
     );
+    {day_figures.TABLE.format(integer="BIGINT", blob="BYTEA")}
     {_TOTALS_TABLE.format(name="hourly_totals")}
     {_TOTALS_TABLE.format(name="daily_totals")}
     CREATE TABLE daily_usage (
@@ -195,7 +202,7 @@ def signing_key(url: str) -> str:
 
 # Everything buildreport creates in its database, for `demo` to take away what a failed start made.
 _OBJECTS = (
-    "builds", "build_tags", "build_logs", "hourly_totals", "daily_totals", "daily_usage", "tag_pairs",
+    "builds", "build_tags", "build_logs", "day_figures", "hourly_totals", "daily_totals", "daily_usage", "tag_pairs",
     "tag_daily_totals", "accounts", "buildreport_schema",
 )  # fmt: skip
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
-from buildreport.store import tag_totals
+from buildreport.store import day_figures, tag_totals
 from buildreport.store.errors import DatabaseError
 
 # "brep": marks a SQLite file as a buildreport database.
@@ -146,6 +146,20 @@ MIGRATIONS += (
     CREATE INDEX builds_by_derivation ON builds (account_id, derivation_path, create_us, build_id, status,
                                                  cpu_seconds, duration_text, queue_text);
     """,
+    """
+    -- Each tag row carries its build's figures: statistics by tag read one range of build_tags per value
+    -- instead of looking up every tagged build. The writer keeps them equal to the build's columns.
+    ALTER TABLE build_tags ADD COLUMN status TEXT;
+    ALTER TABLE build_tags ADD COLUMN cpu_seconds INTEGER;
+    ALTER TABLE build_tags ADD COLUMN duration_text TEXT;
+    ALTER TABLE build_tags ADD COLUMN queue_text TEXT;
+    UPDATE build_tags AS t SET status = b.status, cpu_seconds = b.cpu_seconds, duration_text = b.duration_text,
+                               queue_text = b.queue_text
+    FROM builds AS b WHERE b.build_id = t.build_id;
+    -- Each day's durations and queue times per status, sorted (see day_figures.py): a year by day reads these.
+    """
+    + day_figures.TABLE.format(integer="INTEGER", blob="BLOB")
+    + day_figures.FILL,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -225,6 +239,7 @@ def migrate(
     from buildreport.store.writer import body_hash  # the digest stored beside each build's JSON
 
     conn.create_function("buildreport_body_hash", 1, body_hash, deterministic=True)
+    conn.create_aggregate("buildreport_day_figures", 3, day_figures.Aggregate)
     latest = len(migrations)
     version = check_version(conn, path, app_id, latest)
     if version < latest and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":

@@ -1,0 +1,121 @@
+"""Each day's figures per status, kept by the writer for statistics over long windows.
+
+A row of `day_figures` holds, for one account, UTC day and status, the builds created that day: their count,
+CPU seconds, and their durations and queue times, each sorted, as one binary value. Grouped by day, a year
+then reads some 365 rows per status instead of every build, and Python merges a few sorted runs per day
+(which its sort finds and merges) instead of sorting every value.
+
+The value is little-endian: the count of builds, CPU seconds and the number of durations (int64 each), then
+the durations and the queue times (float64 each, ascending). A float64 holds exactly the number the build's
+JSON writes (its shortest text reads back as the same double), so figures read from here equal those read
+from the builds themselves.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from collections.abc import Iterable
+from typing import Any
+
+from buildreport.store.queries import US_PER_DAY
+
+_HEADER = struct.Struct("<qqq")
+_SWAP = sys.byteorder != "little"
+
+# A day's builds of every status, with the figures the value holds (read through builds_by_time).
+_DAY_BUILDS = (
+    "SELECT status, cpu_seconds, duration_text, queue_text FROM builds"
+    " WHERE account_id = ? AND create_us >= ? AND create_us < ?"
+)
+_DELETE = "DELETE FROM day_figures WHERE account_id = ? AND day_us = ?"
+_INSERT = "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"
+
+# The table (a rowid table: its values run to many kilobytes) and, for SQLite, its filling from stored builds.
+TABLE = """
+    CREATE TABLE day_figures (
+        account_id {integer} NOT NULL,
+        day_us {integer} NOT NULL,
+        status TEXT NOT NULL,
+        figures {blob} NOT NULL,
+        PRIMARY KEY (account_id, day_us, status)
+    );"""
+FILL = f"""
+    INSERT INTO day_figures (account_id, day_us, status, figures)
+    SELECT account_id, create_us - create_us % {US_PER_DAY}, status,
+           buildreport_day_figures(cpu_seconds, duration_text, queue_text)
+    FROM builds GROUP BY 1, 2, 3;"""
+
+
+def pack(builds: int, cpu_seconds: int, durations: list[float], queue_times: list[float]) -> bytes:
+    """The stored value of a day's builds of one status; sorts both lists in place."""
+    durations.sort()
+    queue_times.sort()
+    values = array("d", durations)
+    values.extend(queue_times)
+    if _SWAP:
+        values.byteswap()
+    return _HEADER.pack(builds, cpu_seconds, len(durations)) + values.tobytes()
+
+
+def unpack(value: bytes) -> tuple[int, int, list[float], list[float]]:
+    """(builds, CPU seconds, durations, queue times) of a stored value, both lists ascending."""
+    builds, cpu_seconds, count = _HEADER.unpack_from(value)
+    values = array("d")
+    values.frombytes(memoryview(value)[_HEADER.size :])
+    if _SWAP:
+        values.byteswap()
+    numbers = values.tolist()
+    return builds, cpu_seconds, numbers[:count], numbers[count:]
+
+
+class _Day:
+    __slots__ = ("builds", "cpu_seconds", "durations", "queue_times")
+
+    def __init__(self) -> None:
+        self.builds = 0
+        self.cpu_seconds = 0
+        self.durations: list[float] = []
+        self.queue_times: list[float] = []
+
+    def add(self, cpu_seconds: int, duration_text: str | None, queue_text: str | None) -> None:
+        self.builds += 1
+        self.cpu_seconds += cpu_seconds
+        if duration_text is not None:
+            self.durations.append(float(duration_text))
+        if queue_text is not None:
+            self.queue_times.append(float(queue_text))
+
+    def value(self) -> bytes:
+        return pack(self.builds, self.cpu_seconds, self.durations, self.queue_times)
+
+
+class Aggregate:
+    """`buildreport_day_figures(cpu_seconds, duration_text, queue_text)`: the stored value of a group of builds,
+    for the migration that fills the table from the builds already stored."""
+
+    def __init__(self) -> None:
+        self._day = _Day()
+
+    def step(self, cpu_seconds: int, duration_text: str | None, queue_text: str | None) -> None:
+        self._day.add(cpu_seconds, duration_text, queue_text)
+
+    def finalize(self) -> bytes:
+        return self._day.value()
+
+
+def recompute(conn: Any, days: Iterable[tuple[int, int]]) -> None:
+    """Rebuild the figures of each (account, day start) from the builds created that day."""
+    for account_id, day in sorted(set(days)):
+        by_status: dict[str, _Day] = {}
+        for status, cpu_seconds, duration_text, queue_text in conn.execute(
+            _DAY_BUILDS, (account_id, day, day + US_PER_DAY)
+        ).fetchall():
+            entry = by_status.get(status)
+            if entry is None:
+                entry = by_status[status] = _Day()
+            entry.add(cpu_seconds, duration_text, queue_text)
+        conn.execute(_DELETE, (account_id, day))
+        if by_status:
+            conn.executemany(_INSERT, [(account_id, day, s, entry.value()) for s, entry in by_status.items()])

@@ -1,0 +1,75 @@
+"""Each day's kept figures: exact values, and always those of the builds stored, whatever was written."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from conftest import record, write_jsonl
+from hypothesis import given
+from hypothesis import strategies as st
+
+from buildreport.ingest import import_files
+from buildreport.store import day_figures
+from buildreport.store.sqlite.schema import open_database
+from buildreport.times import US_PER_DAY
+
+DAY0 = datetime(2026, 10, 1, tzinfo=UTC)
+numbers = st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False)
+
+
+@given(st.integers(0, 2**40), st.integers(0, 2**40), st.lists(numbers), st.lists(numbers))
+def test_a_packed_day_reads_back_the_same_numbers_sorted(builds, cpu, durations, queue_times):
+    value = day_figures.pack(builds, cpu, list(durations), list(queue_times))
+    assert day_figures.unpack(value) == (builds, cpu, sorted(durations), sorted(queue_times))
+
+
+def plain_days(conn) -> dict[tuple[int, int, str], tuple]:
+    """The figures of each (account, day, status) computed from the builds, in plain Python."""
+    days: dict[tuple[int, int, str], list] = {}
+    for account_id, create_us, status, cpu, duration, queue in conn.execute(
+        "SELECT account_id, create_us, status, cpu_seconds, duration_text, queue_text FROM builds"
+    ):
+        entry = days.setdefault((account_id, create_us - create_us % US_PER_DAY, status), [0, 0, [], []])
+        entry[0] += 1
+        entry[1] += cpu
+        if duration is not None:
+            entry[2].append(float(duration))
+        if queue is not None:
+            entry[3].append(float(queue))
+    return {key: (n, cpu, sorted(d), sorted(q)) for key, (n, cpu, d, q) in days.items()}
+
+
+def kept_days(conn) -> dict[tuple[int, int, str], tuple]:
+    rows = conn.execute("SELECT account_id, day_us, status, figures FROM day_figures").fetchall()
+    return {(a, d, s): day_figures.unpack(f) for a, d, s, f in rows}
+
+
+def at(day: int, hour: int) -> str:
+    return (DAY0 + timedelta(days=day, hours=hour)).isoformat()
+
+
+def test_kept_figures_follow_builds_written_again_moved_and_finished(tmp_path):
+    first = [
+        record(1, create_time=at(0, 1), duration_seconds=0.1 + 0.2, queue_time_seconds=1e-7),
+        record(2, create_time=at(0, 5), build_status="timeout", duration_seconds=12.0),
+        record(3, create_time=at(1, 2), build_status="running", duration_seconds=None),
+        record(4, create_time=at(2, 23), cpu_seconds=7, account="other"),
+    ]
+    again = [
+        # Built and failed swap; build 3 finishes; build 1 moves to another day; build 4 changes nothing.
+        record(1, create_time=at(3, 0), build_status="build_failed", duration_seconds=99.5),
+        record(2, create_time=at(0, 5), duration_seconds=1234567.891011),
+        record(3, create_time=at(1, 2), duration_seconds=60.25, queue_time_seconds=0.0),
+        record(4, create_time=at(2, 23), cpu_seconds=7, account="other"),
+    ]
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", first)], 0)
+    assert kept_days(conn) == plain_days(conn)
+    import_files(conn, [write_jsonl(tmp_path / "b.jsonl", again)], 0)
+    kept = kept_days(conn)
+    assert kept == plain_days(conn)
+    assert {(day, status) for _, day, status in kept} == {
+        (DAY0.timestamp() * 1_000_000 + d * US_PER_DAY, s)
+        for d, s in ((0, "built"), (1, "built"), (2, "built"), (3, "build_failed"))
+    }
+    conn.close()
