@@ -201,7 +201,7 @@ class PgCluster:
             )  # fmt: skip
             if done.returncode != 0:
                 raise RuntimeError(f"pg_basebackup failed ({done.returncode}):\n{(done.stdout + done.stderr).decode()}")
-            replica = self._launch(self.bin_dir, folder, self.user, free_port())
+            replica = self._launch(self.bin_dir, folder, self.user, free_port(), {})
             if not replica._wait_ready(timeout):
                 log = replica.log.read_text(errors="replace")
                 replica._stop_process()
