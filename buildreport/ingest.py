@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from buildreport.models import UNFINISHED, ImportRecord
-from buildreport.store import Connection
+from buildreport.store import Connection, after_bulk_write
 from buildreport.store.writer import BuildWriter, WriteStats
 from buildreport.times import to_us
 
@@ -209,4 +209,5 @@ def import_files(
     except BaseException:
         conn.rollback()
         raise
+    after_bulk_write(conn, writer.stats.created + writer.stats.updated)
     return ImportResult(records=count, stats=writer.stats, seconds=time.perf_counter() - started)

@@ -173,3 +173,20 @@ def test_reads_go_to_a_replica_and_token_checks_to_the_primary(pg_cluster, tmp_p
 def test_read_db_needs_a_postgresql_primary(tmp_path):
     out = cli("serve", "--db", str(tmp_path / "x.db"), "--read-db", "postgresql://127.0.0.1/x", expect=2)
     assert "--read-db" in out and "Traceback" not in out
+
+
+def test_a_large_import_leaves_planner_statistics_and_a_small_one_leaves_them_be(pg_env):
+    """After a bulk import the planner knows the table it filled (a three-tag summary planned on an empty
+    table's guesses scanned 600k index entries); a small import costs no ANALYZE."""
+    from records import write_jsonl
+
+    from buildreport.store.postgres.schema import ANALYZE_AT_LEAST
+
+    def described() -> float:
+        return query(pg_env.db, "SELECT reltuples FROM pg_class WHERE oid = 'builds'::regclass")[0][0]
+
+    pg_env.load([record(n) for n in range(1, 11)])
+    assert described() == -1  # never analysed: ten builds are not a bulk write
+    path = write_jsonl(pg_env.tmp / "bulk.jsonl", [record(n) for n in range(100, 100 + ANALYZE_AT_LEAST)])
+    cli("import", "--db", pg_env.db, str(path))
+    assert described() == ANALYZE_AT_LEAST + 10

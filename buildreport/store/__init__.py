@@ -63,6 +63,15 @@ def connect(db: str) -> Any:
     return connect_existing(db)
 
 
+def after_bulk_write(conn: Any, builds_written: int) -> None:
+    """The engine's upkeep after a large committed write: PostgreSQL's planner statistics are brought up to
+    date; SQLite plans from its indexes alone and needs nothing."""
+    if getattr(conn, "engine", None) == "postgresql":
+        from buildreport.store.postgres.schema import refresh_statistics
+
+        refresh_statistics(conn, builds_written)
+
+
 async def open_reader(db: str, read_dbs: Sequence[str] = ()) -> Reader:
     """The server's reader; `read_dbs` are replicas that range queries are sent to (PostgreSQL only)."""
     if is_postgres(db):

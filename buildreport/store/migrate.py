@@ -7,13 +7,13 @@ fails or does not verify leaves the target as it was.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
-
 from buildreport.store.errors import DatabaseError
 from buildreport.store.postgres.schema import open_database as open_postgres
+from buildreport.store.postgres.schema import refresh_statistics
 from buildreport.store.sqlite.schema import attach_auth
 from buildreport.store.sqlite.schema import open_database as open_sqlite
 
@@ -52,19 +52,12 @@ _CHECKS = (
 )
 
 
-class Copied(msgspec.Struct):
-    rows: dict[str, int]
-    seconds: float
-
-
 def _checks(run: Callable[[str], list[tuple]]) -> list[list[tuple]]:
     return [[tuple(int(v) if v is not None else None for v in row) for row in run(sql)] for sql in _CHECKS]
 
 
 def migrate(source: Path | str, target: str, on_table: Callable[[str, int], None] | None = None) -> dict[str, int]:
     """Copy `source` (a SQLite file) into `target` (an empty PostgreSQL database); the rows copied per table."""
-    import time
-
     if not Path(source).is_file():
         raise DatabaseError(f"{source} does not exist")
     src = open_sqlite(source, create=False)
@@ -96,6 +89,7 @@ def migrate(source: Path | str, target: str, on_table: Callable[[str, int], None
             if before != after:
                 raise DatabaseError("the copy does not match its source; nothing was written")
         src.execute("ROLLBACK")
+        refresh_statistics(dst, copied["builds"])
         copied["seconds"] = round(time.perf_counter() - started, 3)  # type: ignore[assignment]
         return copied
     finally:

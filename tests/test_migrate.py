@@ -1,0 +1,150 @@
+"""`buildreport migrate`: a SQLite database copied whole into PostgreSQL, checked, and served from there as
+it was served from the file: the same answers, tokens, links and logs; a copy that fails leaves nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from conftest import NOW, Env, auth, query, record
+
+from buildreport.cli import main
+from buildreport.store import migrate as migrate_module
+from buildreport.store.errors import DatabaseError
+from buildreport.store.postgres import schema as pg_schema
+
+# Paths whose answers must be the same, byte for byte, from the file and from its copy.
+SAME_ANSWERS = (
+    "/builds?create_time_from=2000-01-01&limit=500",
+    "/builds?create_time_from=2000-01-01&tags=team:red",
+    "/builds/summary?create_time_from=2000-01-01",
+    "/builds/summary?create_time_from=2000-01-01&tags=team:red",
+    "/builds/stats?create_time_from=2000-01-01&group_by=day",
+    "/usage/breakdown?from=2000-01-01&group_by=tag:team",
+    "/builds/3",
+)
+
+
+def _records(count: int) -> list[dict]:
+    return [
+        record(
+            n,
+            account="acme" if n % 3 else "globex",
+            create_time=NOW - timedelta(hours=n),
+            build_status="built" if n % 5 else "build_failed",
+            cpu_seconds=n * 7,
+            tags={"team": "red" if n % 2 else "blue"},
+            **({"log": f"log of build {n}\n"} if n % 4 == 0 else {}),
+        )
+        for n in range(1, count + 1)
+    ]
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout + result.stderr
+
+
+@pytest.fixture
+def source(tmp_path) -> Env:
+    env = Env(tmp_path, tmp_path / "source.db")
+    env.load(_records(60))
+    return env
+
+
+def test_a_copy_answers_as_its_source_with_the_same_tokens_links_and_logs(source, pg_url, serve):
+    reader = source.token()
+    revoked = source.token(revoked=True)
+    before = serve(source.db)
+    expected = {path: httpx.get(before.url + path, headers=auth(reader), timeout=10) for path in SAME_ANSWERS}
+    link = httpx.get(before.url + "/builds/4/url", headers=auth(reader), timeout=10).json()["url"]
+    before.stop()
+
+    code, out = _run("migrate", "--from", str(source.db), "--to", pg_url)
+    assert code == 0, out
+    assert "copied 60 builds of 2 accounts and 2 tokens" in out and "counts and totals match" in out
+
+    after = serve(pg_url)
+    for path, answer in expected.items():
+        got = httpx.get(after.url + path, headers=auth(reader), timeout=10)
+        assert (got.status_code, got.content) == (answer.status_code, answer.content), path
+    assert httpx.get(after.url + "/builds/3", headers=auth(revoked), timeout=10).status_code == 401
+    # The signing key came along: a link issued from the file opens on the copy, log included.
+    signed = link.split("/b/", 1)[1]
+    assert httpx.get(f"{after.url}/b/{signed}", timeout=10).status_code == 200
+    log = httpx.get(f"{after.url}/b/{signed}/log", timeout=10)
+    assert log.status_code == 200 and log.text == "log of build 4\n"
+
+
+def test_the_copy_takes_new_builds_and_accounts_after_the_copied_ones(source, pg_url):
+    assert _run("migrate", "--from", str(source.db), "--to", pg_url)[0] == 0
+    copy = Env(source.tmp, pg_url)
+    copy.load([record(1000, account="initech"), record(1001)])
+    accounts = dict(query(pg_url, "SELECT name, account_id FROM accounts"))
+    assert accounts["initech"] > max(accounts["acme"], accounts["globex"])
+    assert query(pg_url, "SELECT count(*) FROM builds") == [(62,)]
+
+
+def test_a_large_copy_leaves_the_planner_statistics_of_what_it_copied(tmp_path, pg_url):
+    env = Env(tmp_path, tmp_path / "source.db")
+    env.load(_records(pg_schema.ANALYZE_AT_LEAST + 50))
+    assert _run("migrate", "--from", str(env.db), "--to", pg_url)[0] == 0
+    ((described,),) = query(pg_url, "SELECT reltuples FROM pg_class WHERE oid = 'builds'::regclass")
+    assert described == pg_schema.ANALYZE_AT_LEAST + 50
+
+
+def test_a_target_that_holds_builds_is_refused_and_left_alone(source, pg_url):
+    Env(source.tmp, pg_url).load([record(500)])
+    code, out = _run("migrate", "--from", str(source.db), "--to", pg_url)
+    assert code == 1 and "holds builds already" in out and "Traceback" not in out
+    assert query(pg_url, "SELECT build_id FROM builds") == [(500,)]
+
+
+def test_a_copy_that_fails_half_way_leaves_the_target_empty(source, pg_url, monkeypatch):
+    copy_table = migrate_module._copy_table
+
+    def fail_on_logs(src, dst, table, columns):  # type: ignore[no-untyped-def]
+        if table == "build_logs":
+            raise DatabaseError("the connection was lost")
+        return copy_table(src, dst, table, columns)
+
+    monkeypatch.setattr(migrate_module, "_copy_table", fail_on_logs)
+    code, out = _run("migrate", "--from", str(source.db), "--to", pg_url)
+    assert code == 1 and "the connection was lost" in out
+    for table in ("accounts", "builds", "build_tags", "build_logs", "auth.tokens"):
+        assert query(pg_url, f"SELECT count(*) FROM {table}") == [(0,)], table
+
+
+def test_a_copy_that_does_not_match_its_source_is_taken_back(source, pg_url, monkeypatch):
+    checks = migrate_module._checks
+    calls = []
+
+    def differing(run):  # type: ignore[no-untyped-def]
+        calls.append(run)
+        found = checks(run)
+        return found if len(calls) == 1 else [*found, [(1,)]]
+
+    monkeypatch.setattr(migrate_module, "_checks", differing)
+    code, out = _run("migrate", "--from", str(source.db), "--to", pg_url)
+    assert code == 1 and "does not match its source" in out
+    assert query(pg_url, "SELECT count(*) FROM builds") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--from", "{tmp}/missing.db", "--to", "{pg}"], "does not exist"),
+        (["--from", "{tmp}/not-a-db.db", "--to", "{pg}"], "Error"),
+        (["--from", "{tmp}/source.db", "--to", "{tmp}/other.db"], "postgresql:// URL"),
+        (["--from", "{pg}", "--to", "{pg}"], "SQLite database file"),
+        (["--from", "{tmp}/source.db", "--to", "postgresql://nobody@127.0.0.1:1/none"], "Error"),
+    ],
+)
+def test_wrong_sources_and_targets_are_one_clear_line(source, pg_url, args, says):
+    (source.tmp / "not-a-db.db").write_bytes(b"this is not a database" * 100)
+    filled = [a.replace("{tmp}", str(source.tmp)).replace("{pg}", pg_url) for a in args]
+    code, out = _run("migrate", *filled)
+    assert code != 0 and says in out and "Traceback" not in out, out
+    assert query(pg_url, "SELECT count(*) FROM builds") == [(0,)]
