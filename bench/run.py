@@ -53,6 +53,8 @@ import postgres  # noqa: E402
 import report  # noqa: E402
 from server import AnonSampler, Server, get  # noqa: E402
 
+from buildreport.store.sqlite.schema import remove_files  # noqa: E402
+
 SEED = 1
 DAYS = 365
 ACCOUNTS = "acme,globex"
@@ -126,11 +128,6 @@ def file_sizes(db: Path) -> dict[str, int]:
         sizes["db" + suffix.replace("-", "_")] = path.stat().st_size if path.exists() else 0
     sizes["db_plus_wal"] = sizes["db"] + sizes["db_wal"]
     return sizes
-
-
-def remove_db(db: Path) -> None:
-    for suffix in ("", "-wal", "-shm", ".secret", "-auth", "-auth-wal", "-auth-shm"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
 
 
 class Bench:
@@ -257,17 +254,17 @@ class Bench:
         times = []
         try:
             for _ in range(3):
-                remove_db(db)
+                remove_files(db)
                 started = time.perf_counter()
                 self.run([*self.cli, "import", "--db", str(db), str(empty)], timeout=120, record=not times)
                 times.append(time.perf_counter() - started)
         finally:
-            remove_db(db)
+            remove_files(db)
             empty.unlink(missing_ok=True)
         return sorted(times)[1]
 
     def import_one(self, db: Path, source: Path, fixed: float) -> dict[str, Any]:
-        remove_db(db)
+        remove_files(db)
         return {**self.timed_import(str(db), source, fixed), "sizes": file_sizes(db)}
 
     def timed_import(self, db: str, source: Path, fixed: float) -> dict[str, Any]:
@@ -306,7 +303,7 @@ class Bench:
             try:
                 without_logs = self.import_one(nolog_db, self.nolog_file, fixed)
             finally:
-                remove_db(nolog_db)
+                remove_files(nolog_db)
             figures = {"with_logs": with_logs, "without_logs": without_logs}
             self.meta.write_text(json.dumps(figures, indent=2))
             for entry in figures.values():

@@ -23,7 +23,7 @@ from buildreport.errors import Problem
 from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
 from buildreport.signing import DashboardSigner, LinkSigner
-from buildreport.store import Reader, engine_errors, open_database, open_reader
+from buildreport.store import Reader, engine_errors, engine_message, open_database, open_reader
 from buildreport.store.writes import Writes
 
 log = logging.getLogger("buildreport")
@@ -72,7 +72,7 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
         try:
             await reader.ping()
         except engine_errors() as exc:
-            problem = f"database unavailable: {exc}"
+            problem = f"database unavailable: {engine_message(exc)}"
     if problem is not None:
         return Response(
             Health(status=problem), status_code=503, headers={"Retry-After": "5", "Cache-Control": "no-store"}

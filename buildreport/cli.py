@@ -24,7 +24,15 @@ import msgspec
 from buildreport import __version__, config
 from buildreport.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_RATE_LIMIT, Settings, default_db
 from buildreport.faults import describe_sqlite_error, printable
-from buildreport.store import DatabaseError, describe, engine_errors, is_postgres, open_auth, open_database
+from buildreport.store import (
+    DatabaseError,
+    describe,
+    engine_errors,
+    engine_message,
+    is_postgres,
+    open_auth,
+    open_database,
+)
 from buildreport.store import exists as database_exists
 from buildreport.store import remove as remove_database
 from buildreport.times import US_PER_SECOND, format_us, now_us
@@ -58,7 +66,7 @@ class _Main(click.Group):
             raise click.ClickException(describe_sqlite_error(exc, _opened_db[-1] if _opened_db else None)) from exc
         except engine_errors() as exc:  # PostgreSQL's: the server's own message names the fault
             db = describe(_opened_db[-1]) if _opened_db else "the database"
-            raise click.ClickException(f"{db}: {printable(str(exc).strip())}") from exc
+            raise click.ClickException(f"{db}: {printable(engine_message(exc))}") from exc
         except OSError as exc:
             name = f"{printable(str(exc.filename))}: " if exc.filename else ""
             raise click.ClickException(f"{name}{exc.strerror or printable(str(exc))}") from exc

@@ -44,7 +44,7 @@ def prepare_demo(conn: Connection, settings: Settings, sample: Path, now_us: int
         )
 
     result = import_files(conn, [sample], now_us, transform=shifted)
-    accounts = [row[0] for row in conn.execute("SELECT name FROM accounts ORDER BY account_id")]
+    accounts = admin.account_names(conn)
     base = settings.base_url
     lines = [f"buildreport demo: {result.records} sample builds in {describe(settings.db)}", ""]
     first_secret = ""
@@ -104,15 +104,12 @@ def _demo_link(conn: Connection, settings: Settings, account: str | None, now_us
     """A signed link to the newest failed build of the first account, valid for a day."""
     if account is None:
         return None
-    row = conn.execute(
-        "SELECT b.account_id, b.build_id FROM builds b JOIN accounts a USING (account_id)"
-        " WHERE a.name = ? AND b.status = 'build_failed' ORDER BY b.create_us DESC LIMIT 1",
-        (account,),
-    ).fetchone()
-    if row is None:
+    newest = admin.newest_failed_build(conn, account)
+    if newest is None:
         return None
     expires_us = (now_us + DEMO_LINK_TTL_US) // US_PER_SECOND * US_PER_SECOND
-    return LinkSigner(load_secret_keys(settings)).link_url(settings.base_url, LinkClaims(row[0], row[1], expires_us))
+    claims = LinkClaims(newest[0], newest[1], expires_us)
+    return LinkSigner(load_secret_keys(settings)).link_url(settings.base_url, claims)
 
 
 def _dashboard_link(conn: Connection, settings: Settings, account: str, now_us: int) -> str | None:

@@ -45,7 +45,7 @@ class DatabaseSink:
         self.write_all([record])
 
     def write_all(self, records: list[BuildRecord]) -> None:
-        from buildreport.store import engine_errors
+        from buildreport.store import engine_errors, engine_message
         from buildreport.store.writes import WriteConflicts, write_records
 
         with self.lock:
@@ -55,7 +55,7 @@ class DatabaseSink:
                 first = exc.invalid[0]
                 raise ValueError(f"the database refused it: {first.field}: {first.reason}") from exc
             except engine_errors() as exc:
-                raise ValueError(f"the database refused it: {exc}") from exc
+                raise ValueError(f"the database refused it: {engine_message(exc)}") from exc
 
     def close(self) -> None:
         self.conn.close()

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from buildreport.ingest import import_files
 from buildreport.store import day_figures
+from buildreport.store import open_database as store_database
 from buildreport.store.sqlite.schema import open_database
 from buildreport.times import US_PER_DAY
 
@@ -73,3 +74,50 @@ def test_kept_figures_follow_builds_written_again_moved_and_finished(tmp_path):
         for d, s in ((0, "built"), (1, "built"), (2, "built"), (3, "build_failed"))
     }
     conn.close()
+
+
+def test_a_day_out_of_step_with_its_builds_is_rebuilt_by_the_next_write(env):
+    """A write changes a day's kept value by its differences; a value that lacks what a difference takes out
+    (only a table damaged by hand gives one) is rebuilt from the day's builds instead of going wrong."""
+    env.load(
+        [record(1, create_time=at(0, 1), duration_seconds=5.0), record(2, create_time=at(0, 2), duration_seconds=6.0)]
+    )
+    conn = store_database(env.db)
+    try:
+        with conn:
+            conn.execute(
+                "UPDATE day_figures SET figures = ? WHERE status = 'built'",
+                (day_figures.pack(2, 240, [5.0], [0.5, 0.5]),),  # build 2's duration lost
+            )
+        env.load([record(2, create_time=at(0, 2), duration_seconds=7.0)])  # takes 6.0 out, adds 7.0
+        assert kept_days(conn) == plain_days(conn)
+        assert kept_days(conn)[(1, to_day(0), "built")][2] == [5.0, 7.0]
+    finally:
+        conn.close()
+
+
+def test_many_small_writes_into_one_day_keep_its_figures_exact(env):
+    """Runners send a few builds at a time, all into today: each write adds to the day's value in place."""
+    for batch in range(12):
+        env.load(
+            [
+                record(
+                    100 * batch + n + 1,
+                    create_time=at(0, n % 24),
+                    duration_seconds=None if n == 4 else (batch * 7 + n) % 13 + 0.125,
+                    queue_time_seconds=(batch + n) / 10,
+                    build_status=("built", "timeout", "built", "built", "running")[n],
+                )
+                for n in range(5)
+            ]
+        )
+    env.load([record(101, create_time=at(0, 3), build_status="build_failed", duration_seconds=1.5)])  # one moves
+    conn = store_database(env.db)
+    try:
+        assert kept_days(conn) == plain_days(conn)
+    finally:
+        conn.close()
+
+
+def to_day(day: int) -> int:
+    return int((DAY0 + timedelta(days=day)).timestamp()) * 1_000_000

@@ -91,8 +91,14 @@ def test_a_database_of_another_application_is_refused(pg_env):
 
 def test_an_unreachable_server_is_one_clear_line(pg_env):
     url = pg_env.db.rsplit("/", 1)[0].rsplit(":", 1)[0] + ":1/nowhere"
-    out = cli("token", "list", "--db", url, expect=1)
-    assert out.startswith("Error: cannot use postgresql://") and "Traceback" not in out
+    source = Env(pg_env.tmp, pg_env.tmp / "source.db")
+    source.load([record(1)])  # a source that exists, so that the target is what fails
+    for command in (["token", "list", "--db", url], ["migrate", "--from", str(source.db), "--to", url]):
+        out = cli(*command, expect=1)
+        assert out.startswith("Error: ") and ":1/nowhere" in out and "Traceback" not in out, out
+        # The server's fault and its hint read as one line, without escaped line breaks or tabs.
+        assert out.count("\n") == 1 and "\\n" not in out and "\\t" not in out, out
+        assert "Connection refused" in out and "Is the server running" in out, out
 
 
 def test_commands_on_a_sqlite_file_never_load_the_postgresql_driver(tmp_path):

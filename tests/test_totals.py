@@ -11,6 +11,7 @@ import pytest
 from conftest import ENGINES, new_database, record, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_day_figures import kept_days, plain_days
 
 from buildreport.filters import BuildFilter
 from buildreport.ingest import ImportFailed, import_files
@@ -98,6 +99,7 @@ def test_totals_equal_a_fresh_computation_after_any_imports(fresh_db, batches):
         assert hourly == totals_from_builds(conn, US_PER_HOUR)
         assert daily == totals_from_builds(conn, US_PER_DAY)
         assert usage == daily_from_builds(conn)
+        assert kept_days(conn) == plain_days(conn)
         conn.close()
 
 
@@ -211,4 +213,5 @@ def test_totals_equal_a_fresh_computation_after_any_http_writes(fresh_db, reques
         assert hourly == totals_from_builds(conn, US_PER_HOUR)
         assert daily == totals_from_builds(conn, US_PER_DAY)
         assert usage == daily_from_builds(conn)
+        assert kept_days(conn) == plain_days(conn)
         conn.close()

@@ -12,6 +12,7 @@ from buildreport.destinations import DatabaseSink, SpoolSink
 from buildreport.models import BuildRecord
 from buildreport.record.runner import RunnerConfig, check_original_command, run_session
 from buildreport.record.usage import find_cgroup_root
+from buildreport.store import is_postgres
 
 
 def _memory_megabytes() -> int:
@@ -65,8 +66,7 @@ def runner_config(
         sink = _database(db, account)
         if state_dir is None:
             # Beside a database file; for a database server, in the home of the user the runner runs as.
-            server = str(db).startswith(("postgresql://", "postgres://"))
-            local = Path.home() / "buildreport" if server else Path(db)
+            local = Path.home() / "buildreport" if is_postgres(str(db)) else Path(db)
             state_dir = local.parent / f"{local.name}.runner"
     return RunnerConfig(
         sink=sink,

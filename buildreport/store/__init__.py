@@ -32,6 +32,11 @@ def engine_errors() -> tuple[type[BaseException], ...]:
     return (sqlite3.Error,) if driver is None else (sqlite3.Error, driver.Error)
 
 
+def engine_message(exc: BaseException) -> str:
+    """A database server's message on one line: PostgreSQL's spread a fault and its hint over several."""
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
+
+
 def open_database(db: str, *, create: bool = True) -> Any:
     """A synchronous connection to an up-to-date database (created or migrated as needed), for the commands."""
     if is_postgres(db):
@@ -140,5 +145,4 @@ def _postgres(open_: Any, db: str) -> Any:
     except SchemaError as exc:
         raise DatabaseError(f"{describe(db)}: {exc}") from exc
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise DatabaseError(f"cannot use {describe(db)}: {reason}") from exc
+        raise DatabaseError(f"cannot use {describe(db)}: {engine_message(exc)}") from exc

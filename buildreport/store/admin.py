@@ -57,3 +57,18 @@ def account_id(conn: sqlite3.Connection, name: str) -> int | None:
     """The id of an account of the builds database, or None before its first build."""
     row = conn.execute("SELECT account_id FROM accounts WHERE name = ?", (name,)).fetchone()
     return row[0] if row is not None else None
+
+
+def account_names(conn: sqlite3.Connection) -> list[str]:
+    """The accounts of the builds database, in the order they first had builds."""
+    return [row[0] for row in conn.execute("SELECT name FROM accounts ORDER BY account_id").fetchall()]
+
+
+def newest_failed_build(conn: sqlite3.Connection, account: str) -> tuple[int, int] | None:
+    """(account id, build id) of the account's newest build that failed, if any."""
+    row = conn.execute(
+        "SELECT b.account_id, b.build_id FROM builds b JOIN accounts a USING (account_id)"
+        " WHERE a.name = ? AND b.status = 'build_failed' ORDER BY b.create_us DESC, b.build_id DESC LIMIT 1",
+        (account,),
+    ).fetchone()
+    return (row[0], row[1]) if row is not None else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,6 +32,13 @@ _DAY_BUILDS = (
 )
 _DELETE = "DELETE FROM day_figures WHERE account_id = ? AND day_us = ?"
 _INSERT = "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"
+_KEY = "account_id = ? AND day_us = ? AND status = ?"
+_SELECT_ONE = f"SELECT figures FROM day_figures WHERE {_KEY}"
+_DELETE_ONE = f"DELETE FROM day_figures WHERE {_KEY}"
+_UPSERT = (
+    "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (account_id, day_us, status) DO UPDATE SET figures = excluded.figures"
+)
 
 # The table (a rowid table: its values run to many kilobytes) and, for SQLite, its filling from stored builds.
 TABLE = """
@@ -119,3 +127,68 @@ def recompute(conn: Any, days: Iterable[tuple[int, int]]) -> None:
         conn.execute(_DELETE, (account_id, day))
         if by_status:
             conn.executemany(_INSERT, [(account_id, day, s, entry.value()) for s, entry in by_status.items()])
+
+
+class Delta:
+    """What one write changes in a day's figures of one status: builds and CPU seconds added or taken away,
+    and the durations and queue times that come and go."""
+
+    __slots__ = ("added", "builds", "cpu_seconds", "removed")
+
+    def __init__(self) -> None:
+        self.builds = 0
+        self.cpu_seconds = 0
+        self.added: tuple[list[float], list[float]] = ([], [])
+        self.removed: tuple[list[float], list[float]] = ([], [])
+
+    def add(self, sign: int, cpu_seconds: int, duration_text: str | None, queue_text: str | None) -> None:
+        self.builds += sign
+        self.cpu_seconds += sign * cpu_seconds
+        into = self.added if sign > 0 else self.removed
+        if duration_text is not None:
+            into[0].append(float(duration_text))
+        if queue_text is not None:
+            into[1].append(float(queue_text))
+
+
+def _changed(values: list[float], added: list[float], removed: list[float]) -> list[float] | None:
+    """A sorted list with `added` in and `removed` out (each once); None when a value to take out is not
+    there, which only a table out of step with its builds gives."""
+    if removed:
+        left = Counter(removed)
+        kept = []
+        for value in values:
+            if left[value] > 0:
+                left[value] -= 1
+            else:
+                kept.append(value)
+        if +left:
+            return None
+        values = kept
+    values.extend(added)
+    values.sort()  # two sorted runs: the sort merges them in linear time
+    return values
+
+
+def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> None:
+    """Bring each (account, day start, status) touched by a write in step by its differences: the day's
+    stored value is read and written once, and no build of the day is read again. A day whose value does not
+    hold what a difference takes out is rebuilt from its builds."""
+    rebuild: set[tuple[int, int]] = set()
+    for (account_id, day, status), delta in sorted(deltas.items()):
+        if delta.builds == 0 and delta.cpu_seconds == 0 and delta.added == delta.removed:
+            continue  # a build written again as it was
+        key = (account_id, day, status)
+        row = conn.execute(_SELECT_ONE, key).fetchone()
+        builds, cpu_seconds, durations, queue_times = unpack(row[0]) if row is not None else (0, 0, [], [])
+        durations = _changed(durations, delta.added[0], delta.removed[0])
+        queue_times = _changed(queue_times, delta.added[1], delta.removed[1])
+        builds += delta.builds
+        if durations is None or queue_times is None or builds < 0:
+            rebuild.add((account_id, day))
+        elif builds == 0:
+            conn.execute(_DELETE_ONE, key)
+        else:
+            conn.execute(_UPSERT, (*key, pack(builds, cpu_seconds + delta.cpu_seconds, durations, queue_times)))
+    if rebuild:
+        recompute(conn, rebuild)

@@ -145,6 +145,8 @@ class _Existing(msgspec.Struct):
     duration_us: int | None
     cpu_seconds: int
     nar_size_bytes: int
+    duration_text: str | None
+    queue_text: str | None
 
 
 _UPSERT = """
@@ -215,6 +217,7 @@ class BuildWriter:
         self._full: set[int] = set()  # accounts whose totals are recomputed rather than kept by differences
         self._hour_deltas: dict[tuple[int, int, str], HourDelta] = {}
         self._usage_deltas: dict[tuple[int, int], list[int]] = {}
+        self._day_deltas: dict[tuple[int, int, str], day_figures.Delta] = {}
         self._tags = TagTouches()
         self.stats = WriteStats()
         self._last_location: dict[int, object] = {}
@@ -259,11 +262,23 @@ class BuildWriter:
         apply_hour_deltas(self._conn, {k: d for k, d in self._hour_deltas.items() if k[0] not in full})
         apply_usage_deltas(self._conn, {k: d for k, d in self._usage_deltas.items() if k[0] not in full})
         self._tags.apply(self._conn)
-        day_figures.recompute(self._conn, {(account_id, day_of(hour)) for account_id, hour in self._hours})
+        day_figures.recompute(self._conn, {(account_id, day_of(hour)) for account_id, hour in self._hours
+                                           if account_id in full})
+        day_figures.apply(self._conn, {k: d for k, d in self._day_deltas.items() if k[0] not in full})
         for account_id, location in self._last_location.items():
             field = oversized_totals(self._conn, account_id)
             if field is not None:
                 self._conflict(location, field, "the account's total would reach 2^62; sums over it could overflow")
+
+    def _day_delta(self, account_id: int, create_us: int, status: str) -> day_figures.Delta:
+        """The differences to a day's figures; for an account whose days are rebuilt at the end, a throwaway."""
+        if account_id in self._full:
+            return day_figures.Delta()
+        key = (account_id, day_of(create_us), status)
+        delta = self._day_deltas.get(key)
+        if delta is None:
+            delta = self._day_deltas[key] = day_figures.Delta()
+        return delta
 
     def _touch(self, account_id: int, create_us: int, stop_us: int | None) -> None:
         hour = (account_id, hour_of(create_us))
@@ -272,6 +287,7 @@ class BuildWriter:
             count = self._hours_per_account[account_id] = self._hours_per_account.get(account_id, 0) + 1
             if count > FULL_RECOMPUTE_THRESHOLD:
                 self._full.add(account_id)  # from now on its totals are recomputed in one pass at the end
+                self._day_deltas = {k: d for k, d in self._day_deltas.items() if k[0] != account_id}
         if stop_us is not None:
             self._days.add((account_id, day_of(stop_us)))
 
@@ -315,7 +331,8 @@ class BuildWriter:
         marks = ",".join("?" * len(ids))
         rows = self._conn.execute(
             "SELECT build_id, account_id, create_us, stop_us, restart_of_build_id, restarted_as_build_id, body,"
-            f" status, source_id, start_us, duration_us, cpu_seconds, nar_size_bytes FROM builds"
+            " status, source_id, start_us, duration_us, cpu_seconds, nar_size_bytes, duration_text, queue_text"
+            " FROM builds"
             f" WHERE build_id IN ({marks})",
             list(ids),
         ).fetchall()
@@ -419,10 +436,16 @@ class BuildWriter:
             nar = sum(o.nar_size_bytes for o in b.outputs)
             self._count(1, row.account_id, b.build_status.value, row.create_us, row.start_us, row.duration_us,
                         row.stop_us, b.cpu_seconds, nar)
+            self._day_delta(row.account_id, row.create_us, b.build_status.value).add(
+                1, b.cpu_seconds, _number_text(b.duration_seconds), _number_text(b.queue_time_seconds)
+            )
             old = existing.get(b.build_id)
             if old is not None:
                 self._count(-1, old.account_id, old.status, old.create_us, old.start_us, old.duration_us,
                             old.stop_us, old.cpu_seconds, old.nar_size_bytes)
+                self._day_delta(old.account_id, old.create_us, old.status).add(
+                    -1, old.cpu_seconds, old.duration_text, old.queue_text
+                )
         self._write_tags(rows, existing)
         self._conn.executemany(
             "INSERT INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)"

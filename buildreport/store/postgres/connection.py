@@ -43,10 +43,6 @@ def _keys_differ(insert: re.Match[str], rows: list[tuple]) -> bool:
     return len({tuple(row[i] for i in positions) for row in rows}) == len(rows)
 
 
-def is_postgres(db: str) -> bool:
-    return db.startswith(("postgresql://", "postgres://"))
-
-
 @functools.lru_cache(maxsize=1024)
 def translate(sql: str) -> str:
     """`?` placeholders as psycopg's `%s`; a literal `%` doubled. The store's SQL holds no `?` in literals."""

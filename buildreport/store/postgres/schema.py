@@ -13,7 +13,7 @@ from buildreport.store.postgres.connection import MIGRATION_LOCK, PgConnection
 
 _TOTALS_TABLE = """
     CREATE TABLE {name} (
-        account_id BIGINT NOT NULL,
+        account_id BIGINT NOT NULL,{tag_columns}
         period_us BIGINT NOT NULL,
         status TEXT NOT NULL,
         builds BIGINT NOT NULL,
@@ -22,8 +22,16 @@ _TOTALS_TABLE = """
         nar_size_bytes BIGINT NOT NULL,
         first_start_us BIGINT NOT NULL,
         last_stop_us BIGINT,
-        PRIMARY KEY (account_id, period_us, status)
+        PRIMARY KEY (account_id,{tag_key} period_us, status)
     );"""
+
+
+def _totals_table(name: str, tagged: bool = False) -> str:
+    """A totals table; `tagged`, the totals of one tag pair (its key and value after the account)."""
+    if not tagged:
+        return _TOTALS_TABLE.format(name=name, tag_columns="", tag_key="")
+    columns = "\n        key TEXT NOT NULL,\n        value TEXT NOT NULL,"
+    return _TOTALS_TABLE.format(name=name, tag_columns=columns, tag_key=" key, value,")
 
 # The tables of the SQLite schema at its version 5, with PostgreSQL's types; each later entry migrates from
 # version i to i + 1. Build times are B-tree indexed: every query reads one account's builds, so a range is
@@ -76,8 +84,8 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (account_id, key, value, create_us, build_id)
     );
     {day_figures.TABLE.format(integer="BIGINT", blob="BYTEA")}
-    {_TOTALS_TABLE.format(name="hourly_totals")}
-    {_TOTALS_TABLE.format(name="daily_totals")}
+    {_totals_table("hourly_totals")}
+    {_totals_table("daily_totals")}
     CREATE TABLE daily_usage (
         account_id BIGINT NOT NULL,
         day_us BIGINT NOT NULL,
@@ -96,20 +104,7 @@ MIGRATIONS: tuple[str, ...] = (
         value TEXT NOT NULL,
         PRIMARY KEY (account_id, key, value)
     );
-    CREATE TABLE tag_daily_totals (
-        account_id BIGINT NOT NULL,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        period_us BIGINT NOT NULL,
-        status TEXT NOT NULL,
-        builds BIGINT NOT NULL,
-        cpu_seconds BIGINT NOT NULL,
-        duration_us BIGINT NOT NULL,
-        nar_size_bytes BIGINT NOT NULL,
-        first_start_us BIGINT NOT NULL,
-        last_stop_us BIGINT,
-        PRIMARY KEY (account_id, key, value, period_us, status)
-    );
+    {_totals_table("tag_daily_totals", tagged=True)}
 
     -- Tokens name their account, as in SQLite's tokens file; schema `auth` keeps them apart.
     CREATE SCHEMA IF NOT EXISTS auth;
