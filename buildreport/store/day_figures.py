@@ -9,6 +9,10 @@ The value is little-endian: the count of builds, CPU seconds and the number of d
 the durations and the queue times (float64 each, ascending). A float64 holds exactly the number the build's
 JSON writes (its shortest text reads back as the same double), so figures read from here equal those read
 from the builds themselves.
+
+A write brings the rows of the days it touched in step by its differences (`Delta`, `apply`): the day's
+value is read and written once, whatever the number of builds already in the day. A large import, which
+touches most days anyway, rebuilds each of them from its builds (`recompute`).
 """
 
 from __future__ import annotations
