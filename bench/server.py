@@ -149,6 +149,20 @@ class Server:
                 raise RuntimeError(f"/healthz did not answer 200 within {START_TIMEOUT_S:.0f}s:\n" + self.log_tail())
             time.sleep(0.05)
 
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by the server and every process it started (user and system)."""
+        if self.process is None or self.process.poll() is not None:
+            return 0.0
+        ticks = 0
+        for pid in _descendants(self.process.pid):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue  # a process that ended in between
+            fields = stat[stat.rindex(")") + 2 :].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def memory(self) -> dict[str, object]:
         """Peak (VmHWM) and current resident memory of the server and every process it started."""
         if self.process is None or self.process.poll() is not None:

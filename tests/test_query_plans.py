@@ -192,3 +192,27 @@ def test_query_is_served_by_an_index_on_postgresql(pg_conn, name):
     ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
     document = json.loads(plan) if isinstance(plan, str) else plan
     assert not _scans(document[0]["Plan"]), f"{name}: {document}"
+
+
+def _index_conditions(plan: dict) -> list[str]:
+    found = [plan["Index Cond"]] if "Index Cond" in plan else []
+    for child in plan.get("Plans", ()):
+        found += _index_conditions(child)
+    return found
+
+
+@pytest.mark.parametrize("kind", ["summary", "list"])
+def test_each_further_tag_pair_is_one_lookup_by_its_whole_key_on_postgresql(pg_conn, kind):
+    """Planned without statistics (a table just filled), every pair after the first is still looked up by its
+    whole key: a lookup by build id alone reads every entry of a common pair."""
+    three = BuildFilter(create_from_us=1, tags=(("GITHUB_RUN_ID", "1"), ("GITHUB_RUN_ATTEMPT", "1"), ("repo", "x")))
+    if kind == "summary":
+        sql, params = queries.summary(1, three)
+    else:
+        sql, params = queries.list_builds(1, ListQuery(filter=three), POSTGRESQL)
+    ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    conditions = _index_conditions(document[0]["Plan"])
+    for key in ("GITHUB_RUN_ATTEMPT", "repo"):
+        (lookup,) = [c for c in conditions if f"'{key}'" in c]
+        assert "create_us = t.create_us" in lookup and "build_id = t.build_id" in lookup, conditions

@@ -30,9 +30,12 @@ def _filter_sql(account_id: int, build_filter: BuildFilter, alias: str) -> tuple
         params += [account_id, key, value]
         time_col = "t.create_us"
         for key, value in build_filter.tags[1:]:
+            # Each other pair is one lookup of the tag index by its whole key. A count, not EXISTS: PostgreSQL
+            # turns EXISTS into a join that may look a pair up by build id alone, reading every entry of the
+            # pair (600 ms instead of 0.6 ms for three pairs over a million builds).
             where.append(
-                "EXISTS (SELECT 1 FROM build_tags o WHERE o.account_id = t.account_id AND o.key = ? AND o.value = ?"
-                " AND o.create_us = t.create_us AND o.build_id = t.build_id)"
+                "(SELECT count(*) FROM build_tags o WHERE o.account_id = t.account_id AND o.key = ? AND o.value = ?"
+                " AND o.create_us = t.create_us AND o.build_id = t.build_id) > 0"
             )
             params += [key, value]
     else:
