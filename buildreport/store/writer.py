@@ -79,6 +79,8 @@ class _Row(msgspec.Struct):
     duration_us: int | None
     log: bytes | None  # compressed
     log_size: int
+    duration_text: str | None  # the numbers as the JSON writes them, for the columns statistics read
+    queue_text: str | None
 
     @classmethod
     def of(cls, location: object, account_id: int, build: Build, log: PackedLog | None, source_id: str | None) -> _Row:
@@ -93,6 +95,8 @@ class _Row(msgspec.Struct):
             duration_us=round(build.duration_seconds * 1_000_000) if build.duration_seconds is not None else None,
             log=log[0] if log is not None else None,
             log_size=log[1] if log is not None else 0,
+            duration_text=_number_text(build.duration_seconds),
+            queue_text=_number_text(build.queue_time_seconds),
         )
 
     @property
@@ -117,8 +121,8 @@ class _Row(msgspec.Struct):
             self.body,
             body_hash(self.body),
             self.source_id,
-            _number_text(b.duration_seconds),
-            _number_text(b.queue_time_seconds),
+            self.duration_text,
+            self.queue_text,
         )
 
 
@@ -437,7 +441,7 @@ class BuildWriter:
             self._count(1, row.account_id, b.build_status.value, row.create_us, row.start_us, row.duration_us,
                         row.stop_us, b.cpu_seconds, nar)
             self._day_delta(row.account_id, row.create_us, b.build_status.value).add(
-                1, b.cpu_seconds, _number_text(b.duration_seconds), _number_text(b.queue_time_seconds)
+                1, b.cpu_seconds, row.duration_text, row.queue_text
             )
             old = existing.get(b.build_id)
             if old is not None:
@@ -520,8 +524,7 @@ class BuildWriter:
             figures = (b.build_status.value, b.cpu_seconds, row.duration_us, sum(o.nar_size_bytes for o in b.outputs),
                        row.start_us, row.stop_us)
             # A tag row carries the figures statistics by tag read, as the build's own columns hold them.
-            columns = (b.build_status.value, b.cpu_seconds, _number_text(b.duration_seconds),
-                       _number_text(b.queue_time_seconds))
+            columns = (b.build_status.value, b.cpu_seconds, row.duration_text, row.queue_text)
             for k, v in b.tags.items():
                 fresh.append((row.account_id, k, v, row.create_us, b.build_id))
                 fresh_stats.append(figures)
