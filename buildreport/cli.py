@@ -65,8 +65,9 @@ class _Main(click.Group):
         except sqlite3.Error as exc:
             raise click.ClickException(describe_sqlite_error(exc, _opened_db[-1] if _opened_db else None)) from exc
         except engine_errors() as exc:  # PostgreSQL's: the server's own message names the fault
-            db = describe(_opened_db[-1]) if _opened_db else "the database"
-            raise click.ClickException(f"{db}: {printable(engine_message(exc))}") from exc
+            opened = _opened_db[-1] if _opened_db else None
+            db = describe(opened) if opened else "the database"
+            raise click.ClickException(f"{db}: {printable(engine_message(exc, opened))}") from exc
         except OSError as exc:
             name = f"{printable(str(exc.filename))}: " if exc.filename else ""
             raise click.ClickException(f"{name}{exc.strerror or printable(str(exc))}") from exc

@@ -140,11 +140,16 @@ def test_a_copy_that_does_not_match_its_source_is_taken_back(source, pg_url, mon
         (["--from", "{tmp}/source.db", "--to", "{tmp}/other.db"], "postgresql:// URL"),
         (["--from", "{pg}", "--to", "{pg}"], "SQLite database file"),
         (["--from", "{tmp}/source.db", "--to", "postgresql://nobody@127.0.0.1:1/none"], "Error"),
+        (["--from", "{tmp}", "--to", "{pg}"], "is not a database file"),
+        (["--from", "{tmp}/source.db", "--to", "postgresql://u:secret@127.0.0.1:99999/x"], "Error"),
+        (["--from", "{tmp}/source.db", "--to", "postgresql://u:secret@[::1/x"], "Error"),
+        (["--from", "{tmp}/source.db", "--to", "postgresql://%zz@127.0.0.1/x"], "Error"),
     ],
 )
 def test_wrong_sources_and_targets_are_one_clear_line(source, pg_url, args, says):
     (source.tmp / "not-a-db.db").write_bytes(b"this is not a database" * 100)
     filled = [a.replace("{tmp}", str(source.tmp)).replace("{pg}", pg_url) for a in args]
     code, out = _run("migrate", *filled)
-    assert code != 0 and says in out and "Traceback" not in out, out
+    assert code != 0 and says in out and "Traceback" not in out and "secret" not in out, out
+    assert out.count("Error:") == 1, out
     assert query(pg_url, "SELECT count(*) FROM builds") == [(0,)]

@@ -196,3 +196,14 @@ def test_a_large_import_leaves_planner_statistics_and_a_small_one_leaves_them_be
     path = write_jsonl(pg_env.tmp / "bulk.jsonl", [record(n) for n in range(100, 100 + ANALYZE_AT_LEAST)])
     cli("import", "--db", pg_env.db, str(path))
     assert described() == ANALYZE_AT_LEAST + 10
+
+
+@pytest.mark.parametrize("url", ["postgresql://u:secret@127.0.0.1:99999/x", "postgresql://u:secret@[::1/x",
+                                 "postgresql://u:secret@%zz/x"])
+@pytest.mark.parametrize("command", [["token", "list"], ["export", "--account", "a"], ["import"]])
+def test_a_malformed_url_is_one_line_without_its_password(url, command):
+    args = [*command, "--db", url] if command[0] != "import" else ["import", "--db", url, "/dev/null"]
+    result = CliRunner().invoke(main, args)
+    out = result.stdout + result.stderr
+    assert result.exit_code == 1 and out.startswith("Error: cannot use postgresql://"), out
+    assert "Traceback" not in out and "secret" not in out and out.count("\n") == 1, out

@@ -32,9 +32,11 @@ def engine_errors() -> tuple[type[BaseException], ...]:
     return (sqlite3.Error,) if driver is None else (sqlite3.Error, driver.Error)
 
 
-def engine_message(exc: BaseException) -> str:
-    """A database server's message on one line: PostgreSQL's spread a fault and its hint over several."""
-    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
+def engine_message(exc: BaseException, db: str | None = None) -> str:
+    """A database server's message on one line: PostgreSQL's spread a fault and its hint over several. A
+    message that quotes the URL `db` (libpq does, for one it cannot parse) names it without its password."""
+    text = " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
+    return text.replace(db, describe(db)) if db else text
 
 
 def open_database(db: str, *, create: bool = True) -> Any:
@@ -128,14 +130,19 @@ def describe(db: str) -> str:
         return db
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(db)
-    host = parts.hostname or ""
-    netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{parts.port}" if parts.port else "")
+    try:
+        parts = urlsplit(db)
+        host = parts.hostname or ""
+        netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{parts.port}" if parts.port else "")
+    except ValueError:  # too malformed to take apart (a bad port, a broken IPv6 address): only what follows "@"
+        scheme, rest = db.split("://", 1)
+        return f"{scheme}://{rest.rsplit('@', 1)[-1].split('?', 1)[0]}"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _postgres(open_: Any, db: str) -> Any:
-    """Run an opening step; a server that cannot be reached or a foreign schema is a DatabaseError."""
+    """Run an opening step; a server that cannot be reached, a malformed URL or a foreign schema is a
+    DatabaseError."""
     import psycopg
 
     from buildreport.store.postgres.schema import SchemaError
@@ -144,5 +151,5 @@ def _postgres(open_: Any, db: str) -> Any:
         return open_()
     except SchemaError as exc:
         raise DatabaseError(f"{describe(db)}: {exc}") from exc
-    except psycopg.OperationalError as exc:
-        raise DatabaseError(f"cannot use {describe(db)}: {engine_message(exc)}") from exc
+    except psycopg.Error as exc:  # unreachable, refused, or a URL libpq cannot parse
+        raise DatabaseError(f"cannot use {describe(db)}: {engine_message(exc, db)}") from exc

@@ -58,8 +58,10 @@ def _checks(run: Callable[[str], list[tuple]]) -> list[list[tuple]]:
 
 def migrate(source: Path | str, target: str, on_table: Callable[[str, int], None] | None = None) -> dict[str, int]:
     """Copy `source` (a SQLite file) into `target` (an empty PostgreSQL database); the rows copied per table."""
-    if not Path(source).is_file():
+    if not Path(source).exists():
         raise DatabaseError(f"{source} does not exist")
+    if not Path(source).is_file():
+        raise DatabaseError(f"{source} is not a database file")
     src = open_sqlite(source, create=False)
     attach_auth(src, source)
     secret = Path(str(source) + ".secret")
