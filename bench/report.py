@@ -12,7 +12,7 @@ from typing import Any
 MILLION = 1_000_000
 TARGETS = {
     "builds_rps_c32": 600.0,
-    "builds_p50_ms_c1": 3.0,
+    "builds_p50_ms_c1": 2.0,
     "build_rps_c32": 6000.0,
     "summary_365d_p50_ms": 20.0,
     "usage_month_p50_ms": 10.0,
@@ -21,6 +21,11 @@ TARGETS = {
     "summary_tag_30d_p50_ms": 5.0,
     "summary_client_p50_ms": 1.0,
     "import_1m_nolog_s": 30.0,
+    # The database of 1M builds without logs before tag totals and day figures: 1.49 GiB; they may add 15%.
+    "db_size_base_bytes": 1.49 * 2**30,
+    "db_size_growth": 0.15,
+    "ingest_builds_per_s": 10_000.0,
+    "ingest_read_p99_ms": 20.0,
     "bare_build_rps": 0.8,
     "overhead_over_bare_p50": 1.5,
     "peak_anon_mib": 200.0,
@@ -116,9 +121,10 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
     value = dig(eps, key, "c32", "rps")
     rows.append(_row("/builds 500 builds, 32 clients, one process", f"≥ {TARGETS['builds_rps_c32']:,.0f} req/s",
                      value, f"{rps(value)} req/s", value is not None and value >= TARGETS["builds_rps_c32"], few))
-    value = dig(eps, key, "c1", "p50_ms")
-    rows.append(_row("/builds 500 builds, 1 client, p50", f"≤ {TARGETS['builds_p50_ms_c1']:g} ms", value,
-                     f"{ms(value)} ms", value is not None and value <= TARGETS["builds_p50_ms_c1"], few))
+    for window, window_key, note in (("default window", key, few), ("365 days", "builds_365d", "")):
+        value = dig(eps, window_key, "c1", "p50_ms")
+        rows.append(_row(f"/builds 500 builds, {window}, 1 client, p50", f"≤ {TARGETS['builds_p50_ms_c1']:g} ms",
+                         value, f"{ms(value)} ms", value is not None and value <= TARGETS["builds_p50_ms_c1"], note))
     value = dig(eps, "build_by_id", "c32", "rps")
     rows.append(_row("/builds/{id}, 32 clients, one process", f"≥ {TARGETS['build_rps_c32']:,.0f} req/s", value,
                      f"{rps(value)} req/s", value is not None and value >= TARGETS["build_rps_c32"]))
@@ -177,6 +183,9 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                      f"≤ {TARGETS['import_1m_nolog_s']:g} s", value, f"{value:.1f} s" if value is not None else "",
                      value is not None and value <= TARGETS["import_1m_nolog_s"], note))
 
+    rows += _size_row(out, builds)
+    rows += _ingestion_rows(out)
+
     for key, label, limit in (("list", "newest 500 builds of an account", "datasette_list"),
                               ("lookup", "one build by id", "datasette_lookup")):
         ratio, shown, note = datasette_ratio(out, key, "c32", "rps")
@@ -230,6 +239,44 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
 
 # What buildreport answers for each Datasette question.
 DATASETTE_PAIRS = {"list": "builds_365d", "lookup": "build_by_id", "count": "summary_30d_status"}
+
+
+def _size_row(out: dict[str, Any], builds: int | None) -> list[dict[str, Any]]:
+    """The database of the import without logs against the size before the structures tag reports need."""
+    size = dig(out, "import", "without_logs", "sizes", "db_plus_wal")
+    if size is None or not builds:
+        return []
+    scaled = size * MILLION / builds
+    limit = TARGETS["db_size_base_bytes"] * (1 + TARGETS["db_size_growth"])
+    growth = scaled / TARGETS["db_size_base_bytes"] - 1
+    note = f"{growth:+.1%} over 1.49 GiB" + ("" if builds == MILLION else f"; scaled from {builds:,} builds")
+    return [_row("database size, 1M builds without logs", f"≤ {mib(int(limit))} (1.49 GiB + 15%)", scaled,
+                 mib(int(scaled)), scaled <= limit, note, sqlite_only=True)]
+
+
+def _ingestion_rows(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """POST /builds with four senders while reads are served: the best server setting measured, judged on
+    both its builds/s and the p99 of the reads during that same run."""
+    best: tuple[float, str, dict[str, Any]] | None = None
+    for setting in (out.get("ingestion") or {}).values():
+        run = dig(setting, "runs", "4")
+        if run is None:
+            continue
+        processes, workers = setting.get("processes", 1), setting.get("workers", 1)
+        name = f"{processes} × {workers} worker{'s' if workers > 1 else ''}"
+        if best is None or run["builds_per_s"] > best[0]:
+            best = (run["builds_per_s"], name, run)
+    if best is None:
+        return []
+    value, name, run = best
+    p99 = dig(run, "reads", "p99_ms")
+    return [
+        _row("POST /builds, batches of 500, 4 senders, while reads are served",
+             f"≥ {TARGETS['ingest_builds_per_s']:,.0f} builds/s", value, f"{rps(value)} builds/s",
+             value >= TARGETS["ingest_builds_per_s"], f"best setting: {name}; see Ingestion"),
+        _row("/builds/{id} p99 during that ingestion", f"≤ {TARGETS['ingest_read_p99_ms']:g} ms", p99,
+             f"{ms(p99)} ms", p99 is not None and p99 <= TARGETS["ingest_read_p99_ms"], f"{name}, 4 senders"),
+    ]
 
 
 def datasette_ratio(out: dict[str, Any], key: str, load: str, figure: str) -> tuple[float | None, str, str]:
@@ -546,7 +593,8 @@ def _ingestion(out: dict[str, Any], pg: dict[str, Any]) -> list[str]:
                      "batch p99 ms", "/builds/{id} p50 ms", "/builds/{id} p99 ms"], rows)
     first = next(iter(engines[0][1].values()))
     lines += [f"Batches of {first.get('batch')} new builds (two outputs, three tags, no log), gzip JSON Lines as "
-              "`buildreport push` sends them, each sender one keep-alive connection in a thread of the benchmark; "
+              "`buildreport push` sends them, each sender one keep-alive connection in a thread of the benchmark, its "
+              "batches made before the run starts (the benchmark shares the server's cores); "
               f"{first.get('seconds')} s a run, into a fresh copy of the database for each setting. One "
               "client reads `/builds/{id}` (rotating ids) throughout; `reads alone` is the same reads with no writes. "
               "With two servers (separate `buildreport serve` processes on one PostgreSQL database) the senders take "

@@ -20,7 +20,7 @@ from buildreport.store.dialect import Dialect
 from buildreport.times import US_PER_SECOND
 
 # Builds an export reads at a time.
-EXPORT_PAGE = 2_000
+EXPORT_PAGE = 5_000
 
 
 class TokenRow(msgspec.Struct, frozen=True):
@@ -142,13 +142,14 @@ class Reader(abc.ABC):
         the number of builds, and other requests are served between pages."""
         cursor: Cursor | None = None
         while True:
-            rows = await self._rows(stats_queries.export_page(account_id, build_filter, cursor, size))
-            if not rows:
+            keys = await self._rows(stats_queries.export_keys(account_id, build_filter, cursor, size))
+            if not keys:
                 return
-            yield [row[2] for row in rows]
-            if len(rows) < size:
+            bodies = await self._rows(stats_queries.bodies_by_id([key[1] for key in keys]))
+            yield stats_queries.in_key_order(keys, bodies)
+            if len(keys) < size:
                 return
-            cursor = Cursor(create_us=rows[-1][0], build_id=rows[-1][1])
+            cursor = Cursor(create_us=keys[-1][0], build_id=keys[-1][1])
 
     async def account_figures(self, since_us: int) -> tuple[list[tuple], list[tuple]]:
         """For /metrics: per account and status the builds and CPU seconds since `since_us` (whole hours),

@@ -61,8 +61,13 @@ class Writes:
     """The server's write connection, used by one thread at a time, in the order requests arrive."""
 
     def __init__(self, path: Path | str) -> None:  # a file or a postgresql:// URL
+        from buildreport.store import is_postgres
+        from buildreport.store.sqlite.writelock import WriterLock
+
         self._path = str(path)
         self._conn: Any = None
+        # PostgreSQL orders concurrent writers itself; SQLite's writers take turns (see writelock.py).
+        self._lock = None if is_postgres(self._path) else WriterLock(self._path)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
 
     def _connection(self) -> Any:
@@ -74,7 +79,10 @@ class Writes:
 
     def _write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
         try:
-            return write_records(self._connection(), account, records, now_us)
+            if self._lock is None:
+                return write_records(self._connection(), account, records, now_us)
+            with self._lock.held():
+                return write_records(self._connection(), account, records, now_us)
         finally:
             if getattr(self._conn, "broken", False):  # a database server that went away: reconnect next time
                 self._close()
@@ -92,3 +100,5 @@ class Writes:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._lock is not None:
+            self._lock.close()

@@ -11,6 +11,7 @@ from urllib.parse import quote
 from buildreport.faults import describe_sqlite_error
 from buildreport.store import day_figures, tag_totals
 from buildreport.store.errors import DatabaseError
+from buildreport.store.sqlite.writelock import SUFFIX as WRITER_LOCK_SUFFIX
 
 # "brep": marks a SQLite file as a buildreport database.
 APPLICATION_ID = 0x62726570
@@ -194,13 +195,18 @@ FROM old.tokens t JOIN old.accounts a USING (account_id)
 
 
 # Settings every connection needs: a busy timeout so readers and the importer wait for each other,
-# foreign keys, and a page cache and memory map large enough for the hot part of the indexes.
+# foreign keys, and a page cache large enough for the hot part of the indexes.
+#
+# No memory map: lists and exports read newest first, so they walk the file backwards, and a page fault
+# reads one page with no read-ahead. On a file the kernel no longer caches, 100,000 builds newest first
+# took 28.6 s through a map and 2.6 s with reads (0.2 s oldest first, either way); with the pages
+# cached, the two are alike.
 CONNECTION_PRAGMAS = (
     "PRAGMA busy_timeout = 10000",
     "PRAGMA foreign_keys = ON",
     "PRAGMA synchronous = NORMAL",
-    "PRAGMA cache_size = -65536",
-    "PRAGMA mmap_size = 1073741824",
+    "PRAGMA cache_size = -32768",
+    "PRAGMA mmap_size = 0",
 )
 
 
@@ -374,8 +380,10 @@ def open_database(path: Path | str, *, create: bool = True) -> sqlite3.Connectio
 
 
 def remove_files(path: Path | str) -> None:
-    """The files a database is made of: its own, its tokens file, their journals and its signing key."""
+    """The files a database is made of: its own, its tokens file, their journals, its signing key and the
+    servers' writer lock."""
     for base in (str(path), str(path) + AUTH_SUFFIX):
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(base + suffix).unlink(missing_ok=True)
     Path(str(path) + ".secret").unlink(missing_ok=True)
+    Path(str(path) + WRITER_LOCK_SUFFIX).unlink(missing_ok=True)
