@@ -8,6 +8,7 @@ transaction begins, after the body was read, inflated and validated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,6 +69,7 @@ class Writes:
         self._conn: Any = None
         # PostgreSQL orders concurrent writers itself; SQLite's writers take turns (see writelock.py).
         self._lock = None if is_postgres(self._path) else WriterLock(self._path)
+        self._turn = self._lock.held if self._lock is not None else contextlib.nullcontext
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
 
     def _connection(self) -> Any:
@@ -79,9 +81,7 @@ class Writes:
 
     def _write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
         try:
-            if self._lock is None:
-                return write_records(self._connection(), account, records, now_us)
-            with self._lock.held():
+            with self._turn():
                 return write_records(self._connection(), account, records, now_us)
         finally:
             if getattr(self._conn, "broken", False):  # a database server that went away: reconnect next time

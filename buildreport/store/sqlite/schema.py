@@ -11,7 +11,7 @@ from urllib.parse import quote
 from buildreport.faults import describe_sqlite_error
 from buildreport.store import day_figures, tag_totals
 from buildreport.store.errors import DatabaseError
-from buildreport.store.sqlite.writelock import SUFFIX as WRITER_LOCK_SUFFIX
+from buildreport.store.sqlite.writelock import lock_path
 
 # "brep": marks a SQLite file as a buildreport database.
 APPLICATION_ID = 0x62726570
@@ -386,4 +386,4 @@ def remove_files(path: Path | str) -> None:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(base + suffix).unlink(missing_ok=True)
     Path(str(path) + ".secret").unlink(missing_ok=True)
-    Path(str(path) + WRITER_LOCK_SUFFIX).unlink(missing_ok=True)
+    lock_path(path).unlink(missing_ok=True)
