@@ -8,6 +8,7 @@ and the API can never disagree. Charts are SVG (charts.py); no JavaScript, the b
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from buildreport.errors import Problem
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
-from buildreport.stats import Decoded, Newest, build_stats, decode_rows, derivation_name, value_groups
+from buildreport.stats import Decoded, Newest, build_stats, decode_rows, derivation_name, newest_build, value_groups
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_DAY, US_PER_SECOND, from_us, month_start_us, now_us
 from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view
@@ -108,8 +109,8 @@ class _Links:
         return BuildLink(build_id, url, derivation_name(derivation_path), status_view(BuildStatus(status)), create_us)
 
     def newest(self, newest: Newest) -> BuildLink:
-        """A link to a group's newest build, whose row's value is its derivation path."""
-        return self.to(newest.build_id, newest.value, newest.status, newest.create_us)
+        """A link to a group's newest build."""
+        return self.to(newest.build_id, newest.derivation_path, newest.status, newest.create_us)
 
 
 def _totals(groups: Sequence[BuildStatsGroup]) -> Totals:
@@ -242,20 +243,15 @@ async def dashboard_page(
     account = claims.account_id
     kind = "hour" if query.window == "24h" else "day"
     window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], tags=query.tags)
-    # The page shows no queue times: their arrays stay empty.
-    period_rows = await reader.stats_rows(account, window, GroupBy(kind), queue_times=False)
-    periods = build_stats(period_rows, StatsQuery(window, GroupBy(kind), end_us=now))
-    by_path = decode_rows(
-        await reader.stats_rows(account, window, GroupBy("derivation_path"), newest=True, queue_times=False)
+    # The reads run at once: each one's figures are computed while the next ones wait on the database.
+    periods, (tables, newest, newest_failed), (this_month, last_month), running, failures = await asyncio.gather(
+        _periods(reader, account, window, kind, now),
+        _derivations(reader, account, window),
+        _months(reader, account, now),
+        _builds(reader, account, BuildFilter(create_from_us=now - RUNNING_LOOKBACK_US, statuses=tuple(UNFINISHED),
+                                             tags=query.tags), 20),
+        _builds(reader, account, msgspec.structs.replace(window, statuses=tuple(sorted(FAILED))), TOP),
     )
-    slowest, failing, flaky = derivation_tables(by_path)
-    month = month_start_us(now)
-    this_month = await reader.usage(account, filters.UsageQuery(from_us=month))
-    last_month = await reader.usage(account, filters.UsageQuery(from_us=month_start_us(month - 1), to_us=month))
-    running_filter = BuildFilter(create_from_us=now - RUNNING_LOOKBACK_US, statuses=tuple(UNFINISHED), tags=query.tags)
-    running = _BUILDS.decode((await reader.list_builds(account, ListQuery(filter=running_filter, limit=20))).body)
-    failed_filter = msgspec.structs.replace(window, statuses=tuple(sorted(FAILED)))
-    failures = _BUILDS.decode((await reader.list_builds(account, ListQuery(filter=failed_filter, limit=TOP))).body)
     links = _Links(request, claims)
     prefix = _prefix(request)
     return _render(
@@ -273,9 +269,9 @@ async def dashboard_page(
         usage_chart=_usage_chart(this_month, last_month),
         this_month=this_month,
         last_month=last_month,
-        slowest=[DerivationLine(g, links.newest(newest)) for g, newest, _ in slowest if newest],
-        failing=[DerivationLine(g, links.newest(failed)) for g, _, failed in failing if failed],
-        flaky=[DerivationLine(g, links.newest(failed)) for g, _, failed in flaky if failed],
+        slowest=tables.lines(tables.slowest, newest, links),
+        failing=tables.lines(tables.failing, newest_failed, links),
+        flaky=tables.lines(tables.flaky, newest_failed, links),
         failures=[links.to(b.build_id, b.derivation_path, b.build_status.value, 0) for b in failures],
         running=[(b, links.to(b.build_id, b.derivation_path, b.build_status.value, 0)) for b in running],
         expires=from_us(claims.expires_us),
@@ -284,31 +280,89 @@ async def dashboard_page(
     )
 
 
-Line = tuple[BuildStatsGroup, Newest | None, Newest | None]
+async def _periods(reader: Reader, account: int, window: BuildFilter, kind: str, now: int) -> list[BuildStatsGroup]:
+    # The page shows no queue times: their arrays stay empty.
+    rows = await reader.stats_rows(account, window, GroupBy(kind), queue_times=False)
+    return build_stats(rows, StatsQuery(window, GroupBy(kind), end_us=now))
 
 
-def derivation_tables(rows: Sequence[Decoded]) -> tuple[list[Line], list[Line], list[Line]]:
-    """The TOP slowest derivations (duration p95), the most failing ones and the flakiest paths (both failed and
-    succeeded), ties by key. Of the thousands of groups only the rank is computed; the shown ones are finished."""
+async def _derivations(
+    reader: Reader, account: int, window: BuildFilter
+) -> tuple[DerivationTables, dict[str, str], dict[str, str]]:
+    """The derivation tables with the newest build of each shown path, and its newest failed build."""
+    rows = await reader.stats_rows(account, window, GroupBy("derivation_path"), queue_times=False)
+    tables = derivation_tables(decode_rows(rows))
+    newest, newest_failed = await reader.newest_of_paths(
+        account, window, tables.paths(tables.slowest), tables.paths(tables.failing, tables.flaky)
+    )
+    return tables, newest, newest_failed
+
+
+async def _months(reader: Reader, account: int, now: int) -> tuple[Usage, Usage]:
+    """This month's usage so far and last month's."""
+    month = month_start_us(now)
+    this_month = await reader.usage(account, filters.UsageQuery(from_us=month))
+    return this_month, await reader.usage(account, filters.UsageQuery(from_us=month_start_us(month - 1), to_us=month))
+
+
+async def _builds(reader: Reader, account: int, build_filter: BuildFilter, limit: int) -> list[Build]:
+    return _BUILDS.decode((await reader.list_builds(account, ListQuery(filter=build_filter, limit=limit))).body)
+
+
+# A row of a derivation table: the group's figures and the derivation paths it gathers.
+Ranked = tuple[BuildStatsGroup, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class DerivationTables:
+    """The TOP slowest derivations (duration p95), the most failing ones and the flakiest paths (both failed
+    and succeeded), ties by key."""
+
+    slowest: list[Ranked]
+    failing: list[Ranked]
+    flaky: list[Ranked]
+
+    @staticmethod
+    def paths(*tables: list[Ranked]) -> list[str]:
+        """The derivation paths the tables show: only these need their newest builds read."""
+        return sorted({path for table in tables for _, paths in table for path in paths})
+
+    @staticmethod
+    def lines(table: list[Ranked], newest: dict[str, str], links: _Links) -> list[DerivationLine]:
+        """The table's rows, each linked to the newest of its paths' builds in `newest` (path: mark)."""
+        lines = []
+        for group, paths in table:
+            build = newest_build((path, newest.get(path)) for path in paths)
+            if build is not None:
+                lines.append(DerivationLine(group, links.newest(build)))
+        return lines
+
+
+def derivation_tables(rows: Sequence[Decoded]) -> DerivationTables:
+    """The derivation tables of the rows of derivation paths. Of the thousands of groups only the rank is
+    computed; the shown ones are finished."""
     names = value_groups(rows, "derivation")
+    paths_of: dict[str, list[str]] = {}
+    for path, _ in rows:
+        paths_of.setdefault(derivation_name(path), []).append(path)
     slowest = heapq.nsmallest(
         TOP, ((-p95, key, group) for key, group in names.items() if (p95 := group.p95_duration()) is not None)
     )
     failing = heapq.nsmallest(TOP, ((-g.counts[1], key, g) for key, g in names.items() if g.counts[1]))
     # Flaky paths are ranked on their counts alone; only the shown ones become groups.
     counts: dict[str, list[int]] = {}
-    for path, ((ok, failed, _, _), *_figures), _, _ in rows:
+    for path, ((ok, failed, _, _), *_figures) in rows:
         both = counts.get(path) or counts.setdefault(path, [0, 0])
         both[0] += failed
         both[1] += ok
     shown = {path for _, path in heapq.nsmallest(TOP, ((-f, p) for p, (f, ok) in counts.items() if f and ok))}
-    paths = value_groups((row for row in rows if row[0] in shown), "derivation_path")
+    paths = value_groups([row for row in rows if row[0] in shown], "derivation_path")
     flaky = sorted((-g.counts[1], key, g) for key, g in paths.items())
-    # The flaky table shows counts only: no percentiles per path.
-    return (
-        [group.line(key) for _, key, group in slowest],
-        [group.line(key) for _, key, group in failing],
-        [group.line(key, with_percentiles=False) for _, key, group in flaky],
+    return DerivationTables(
+        slowest=[(group.result(key), tuple(paths_of[key])) for _, key, group in slowest],
+        failing=[(group.result(key), tuple(paths_of[key])) for _, key, group in failing],
+        # The flaky table shows counts only: no percentiles per path.
+        flaky=[(group.result(key, with_percentiles=False), (key,)) for _, key, group in flaky],
     )
 
 

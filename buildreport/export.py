@@ -56,7 +56,7 @@ def _csv_lines(rows: Iterable[list[object]]) -> bytes:
 def page(bodies: list[bytes], export_format: str) -> bytes:
     """One page of builds (their stored JSON) in the export format."""
     if export_format == "ndjson":
-        return b"\n".join(bodies) + b"\n" if bodies else b""
+        return b"\n".join([*bodies, b""])  # one line a build, each ended by a newline, in a single copy
     return _csv_lines([[_cell(build.get(name)) for name in COLUMNS] for build in map(_DECODE, bodies)])
 
 

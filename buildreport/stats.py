@@ -82,26 +82,23 @@ class Newest(NamedTuple):
     create_us: int
     build_id: int
     status: str
-    value: Any  # the grouping value of its row, e.g. the derivation path
+    derivation_path: str
 
 
-def _mark(mark: tuple[str, Any] | None) -> Newest | None:
-    """A group's newest row, `create_us build_id status` zero-padded, as a Newest of the row's value."""
-    if mark is None:
+def newest_build(marks: Iterable[tuple[str, str | None]]) -> Newest | None:
+    """The newest of `(derivation path, mark)` pairs, a mark being `create_us build_id status` zero-padded
+    (so the greatest text is the newest build), or None when no mark is given."""
+    path, mark = max(((p, m) for p, m in marks if m is not None), key=lambda pair: pair[1], default=(None, None))
+    if path is None or mark is None:
         return None
-    create_us, build_id, status = mark[0].split()
-    return Newest(int(create_us), int(build_id), status, mark[1])
-
-
-def _later(mark: tuple[str, Any] | None, text: str | None, value: Any) -> tuple[str, Any] | None:
-    # Zero-padded numbers: the greater text is the newer build.
-    return (text, value) if text is not None and (mark is None or text > mark[0]) else mark
+    create_us, build_id, status = mark.split()
+    return Newest(int(create_us), int(build_id), status, path)
 
 
 class _Group:
     """One group's sums, filled from its rows."""
 
-    __slots__ = ("billable_cpu", "build_count", "counts", "cpu", "durations", "newest", "newest_failed", "queues")
+    __slots__ = ("billable_cpu", "build_count", "counts", "cpu", "durations", "queues")
 
     def __init__(self) -> None:
         self.counts = [0, 0, 0, 0]  # successful, failed, discarded, running
@@ -110,10 +107,8 @@ class _Group:
         self.billable_cpu = 0
         self.durations: list[float] = []
         self.queues: list[float] = []
-        self.newest: tuple[str, Any] | None = None
-        self.newest_failed: tuple[str, Any] | None = None
 
-    def add(self, value: Any, figures: _Figures, newest: str | None, newest_failed: str | None) -> None:
+    def add(self, figures: _Figures) -> None:
         counts, cpu, billable_cpu, durations, queues = figures
         own = self.counts
         own[0] += counts[0]
@@ -125,18 +120,11 @@ class _Group:
         self.billable_cpu += billable_cpu
         self.durations += durations
         self.queues += queues
-        if newest is not None:
-            self.newest = _later(self.newest, newest, value)
-            self.newest_failed = _later(self.newest_failed, newest_failed, value)
 
     def p95_duration(self) -> float | None:
         """The nearest-rank p95 of the durations, for ranking groups; sorts them in place (result reuses that)."""
         self.durations.sort()
         return nearest_rank(self.durations, 95) if self.durations else None
-
-    def line(self, key: str, with_percentiles: bool = True) -> tuple[BuildStatsGroup, Newest | None, Newest | None]:
-        """The group's figures with its newest build and newest failed build."""
-        return self.result(key, with_percentiles), _mark(self.newest), _mark(self.newest_failed)
 
     def result(self, key: str, with_percentiles: bool = True) -> BuildStatsGroup:
         ok, failed, discarded, running = self.counts
@@ -179,24 +167,24 @@ def _figures(status: str | None, text: str | bytes | None) -> _Figures:
     return tuple(counts), cpu, cpu if status in _BILLABLE else 0, durations, queues  # type: ignore[return-value]
 
 
-# A row of stats_rows with its figures decoded: (value, figures, newest, newest failed).
-Decoded = tuple[Any, _Figures, str | None, str | None]
+# A row of stats_rows with its figures decoded: (value, figures).
+Decoded = tuple[Any, _Figures]
 
 
 def decode_rows(rows: Iterable[tuple]) -> list[Decoded]:
     """The rows of stats_rows with builds in them, their figures decoded (once, however often they are grouped)."""
     decoded = []
-    for value, status, text, newest, newest_failed in rows:
+    for value, status, text in rows:
         figures = _figures(status, text)
         if figures[0] != _NO_BUILDS:  # a period, status or value without builds in the window has none
-            decoded.append((value, figures, newest, newest_failed))
+            decoded.append((value, figures))
     return decoded
 
 
 def _grouped(rows: Iterable[Decoded], group_by: GroupBy) -> dict[Any, _Group]:
     groups: dict[Any, _Group] = {}
     names: dict[str, str] = {}
-    for value, figures, newest, newest_failed in rows:
+    for value, figures in rows:
         if group_by.kind == "derivation":
             key = names.get(value) or names.setdefault(value, derivation_name(value))
         else:
@@ -204,13 +192,13 @@ def _grouped(rows: Iterable[Decoded], group_by: GroupBy) -> dict[Any, _Group]:
         group = groups.get(key)
         if group is None:
             group = groups[key] = _Group()
-        group.add(value, figures, newest, newest_failed)
+        group.add(figures)
     return groups
 
 
 def value_groups(rows: Iterable[Decoded], kind: str) -> dict[str, _Group]:
     """The rows' groups by `derivation` or `derivation_path`, unordered and unfinished: a caller that shows a
-    few of thousands ranks them and finishes only those (with `_Group.line`)."""
+    few of thousands ranks them and finishes only those (with `_Group.result`)."""
     return _grouped(rows, GroupBy(kind))
 
 

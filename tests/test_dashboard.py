@@ -13,7 +13,7 @@ import httpx
 import pytest
 import test_browser as tb
 from conftest import ENGINES, TEST_KEY, Env, auth, new_database
-from test_stats import RECORDS
+from test_stats import FAILED, RECORDS, us
 
 from buildreport.cli import sample_data_path
 from buildreport.demo import prepare_demo
@@ -182,6 +182,35 @@ def test_derivation_tables_link_each_derivation_to_its_newest_build(api):
         assert claims is not None and claims.build_id == int(build_id)
     names = {derivation_name(r["derivation_path"]) for r in RECORDS}
     assert any(name in page for name in names)
+
+
+def test_each_derivation_links_its_newest_build_and_failures_their_newest_failed_one(api):
+    """Against the records themselves: a derivation's row links to its newest build in the window; the failing
+    and flaky rows to the newest failed one (by name for the first two tables, by path for the flaky one)."""
+    _, client, secret = api
+    page = client.get(dashboard_path(client, secret) + "?window=7d").text
+    acme = [r for r in RECORDS if r["account"] == "acme"]
+
+    def newest(builds: list[dict[str, Any]]) -> int:
+        return max(builds, key=lambda r: (us(r["create_time"]), r["build_id"]))["build_id"]
+
+    def of_name(name: str, failed: bool) -> list[dict[str, Any]]:
+        return [r for r in acme if derivation_name(r["derivation_path"]) == name and (not failed or r["build_status"]
+                in FAILED)]
+
+    checked = 0
+    for section, failed, by_path in (("slowest-h", False, False), ("failing-h", True, False), ("flaky-h", True, True)):
+        shown = re.search(rf'id="{section}".*?</section>', page, re.S)
+        assert shown is not None
+        rows = re.findall(r'class="path">([^<]+)</th>.*?>build (\d+)</a>', shown.group(0), re.S)
+        for key, build_id in rows:
+            if by_path:
+                builds = [r for r in acme if r["derivation_path"] == key and r["build_status"] in FAILED]
+            else:
+                builds = of_name(key, failed)
+            assert int(build_id) == newest(builds), (section, key)
+            checked += 1
+    assert checked >= 3
 
 
 # --- the demo prints a link, and the page in a browser ---------------------------------------------------

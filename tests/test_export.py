@@ -124,6 +124,37 @@ def test_export_reads_in_pages_of_bounded_size_in_list_order(api):
     assert ids == [b["build_id"] for b in listed(client, secret, FROM)]
 
 
+def test_export_reads_one_page_ahead_and_no_further_when_the_client_leaves(api):
+    env, _, _ = api
+    fetched: list[object] = []
+
+    async def take_two() -> int:
+        reader = await open_reader(env.db)
+        read_page = reader._export_page
+
+        async def counted(*args: object) -> tuple[list[tuple], list[bytes]]:
+            fetched.append(args[2])  # the cursor the page starts after
+            return await read_page(*args)
+
+        reader._export_page = counted  # type: ignore[method-assign]
+        taken = 0
+        try:
+            pages = reader.export_pages(1, BuildFilter(create_from_us=0), size=7)
+            async for _ in pages:
+                taken += 1
+                await asyncio.sleep(0.05)  # time for the next page's read to finish
+                assert len(fetched) == taken + 1  # the next page is read while this one is sent
+                if taken == 2:
+                    break
+            await pages.aclose()
+        finally:
+            await reader.close()
+        return taken
+
+    assert asyncio.run(take_two()) == 2
+    assert len(fetched) == 3 and fetched[0] is None
+
+
 def run(*args: str, expect: int = 0):
     result = CliRunner().invoke(main, list(args), catch_exceptions=False)
     assert result.exit_code == expect, (result.stdout, result.stderr)

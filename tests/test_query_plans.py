@@ -63,9 +63,16 @@ QUERIES = {
         for kind in ("day", "system", "tag")
     },
     **{
-        f"stats by {kind} with the newest builds, {name}": stats_queries.stats_rows(1, f, GroupBy(kind), newest=True)
+        f"stats by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind))
         for name, f in FILTERS.items()
         for kind in ("hour", "status", "derivation", "derivation_path")
+    },
+    **{
+        f"newest builds of derivation paths, {name}, failed {failed}": stats_queries.newest_of_paths(
+            1, f, ["/nix/store/a.drv", "b"], failed
+        )
+        for name, f in FILTERS.items()
+        for failed in (False, True)
     },
     **{
         f"usage by {kind}, {name}": query(1, UsageQuery(from_us=1, to_us=to))
@@ -143,20 +150,26 @@ def test_metrics_walk_only_the_accounts_and_read_totals_by_key(conn, query):
 
 # --- the same on PostgreSQL: its list and statistics queries where they differ, every other query as shared ----
 
+_ENGINE_OWN = ("stats by ", "usage by ", "newest builds")
 PG_QUERIES = {
     # SQLite's statistics walk its indexes (store/stats_queries.py); PostgreSQL has its own (store/postgres/).
-    **{name: query for name, query in QUERIES.items() if not name.startswith(("stats by ", "usage by "))},
+    **{name: query for name, query in QUERIES.items() if not name.startswith(_ENGINE_OWN)},
     **{f"list, {name}": queries.list_builds(1, ListQuery(filter=f), POSTGRESQL) for name, f in FILTERS.items()},
     **{
         f"list page 2, {name}": queries.list_builds(1, ListQuery(filter=f, cursor=Cursor(5, 6)), POSTGRESQL)
         for name, f in FILTERS.items()
     },
     **{
-        f"stats by {kind}, {name}": postgres_stats.stats_rows(
-            1, f, GroupBy(kind, "project" if kind == "tag" else None), newest=True
-        )
+        f"stats by {kind}, {name}": postgres_stats.stats_rows(1, f, GroupBy(kind, "project" if kind == "tag" else None))
         for name, f in FILTERS.items()
         for kind in ("day", "hour", "system", "status", "derivation", "tag")
+    },
+    **{
+        f"newest builds of derivation paths, {name}, failed {failed}": postgres_stats.newest_of_paths(
+            1, f, ["/nix/store/a.drv", "b"], failed
+        )
+        for name, f in FILTERS.items()
+        for failed in (False, True)
     },
     **{
         f"usage by {kind}, {name}": query(1, UsageQuery(from_us=1, to_us=to))

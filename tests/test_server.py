@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
@@ -97,3 +99,12 @@ def test_real_server_logs_the_request_id_and_stops_promptly(env, serve):
     with socket.socket() as sock:
         sock.settimeout(1)
         assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_serving_process_freezes_what_it_started_with_and_collects_less_often():
+    code = (
+        "import gc; from buildreport.app import GC_THRESHOLDS, tune_collector; tune_collector();"
+        " print(gc.get_freeze_count() > 1000, gc.get_threshold() == GC_THRESHOLDS)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.split() == ["True", "True"]

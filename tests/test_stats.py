@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from datetime import UTC, datetime, timedelta
@@ -12,8 +13,10 @@ from conftest import ENGINES, NOW, Env, auth, new_database, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from buildreport.filters import BuildFilter, GroupBy
 from buildreport.models import BuildStatus
 from buildreport.stats import derivation_name, nearest_rank
+from buildreport.store import open_database, stats_queries
 
 ORIGIN = NOW.replace(minute=0, second=0) - timedelta(days=4)
 STATUSES = [s.value for s in BuildStatus]
@@ -51,7 +54,8 @@ def make_records() -> list[dict[str, Any]]:
                 queue_time_seconds=rng.uniform(0, 300) if rng.random() < 0.9 else 0.1 + 0.2,
                 cpu_seconds=rng.randrange(50_000),
                 system=rng.choice(["x86_64-linux", "aarch64-linux"]),
-                derivation_path=f"/nix/store/{rng.choice('abcd') * 32}-{name}.drv",
+                # Hashes on both sides of the point where a walk over derivation paths is split in two.
+                derivation_path=f"/nix/store/{rng.choice('0bmz') * 32}-{name}.drv",
                 tags=tags,
             )
         )
@@ -324,3 +328,32 @@ def test_an_empty_tag_value_is_a_group_of_its_own(tmp_path):
     env.load([record(1, tags={"project": ""}), record(2, tags={"project": "web"}), record(3, tags={"team": "x"})])
     groups = _stats(env, create_time_from=z(us((NOW - timedelta(days=1)).isoformat())), group_by="tag:project")
     assert sorted((g["key"], g["build_count"]) for g in groups) == [("", 1), ("web", 1)]
+
+
+@pytest.mark.sqlite_only
+def test_statistics_read_in_two_parts_are_those_read_in_one(tmp_path):
+    """A walk over derivation paths, or over a tag's values in a long window, is read as two queries; each part
+    has rows of its own in this data, and together they are the rows of the one query."""
+    env = Env(tmp_path)
+    env.load(RECORDS)
+    conn = open_database(env.db)
+    try:
+        low = us(ORIGIN.isoformat()) - 3_600 * US
+        for group_by, tag_window in ((GroupBy("derivation_path"), None), (GroupBy("tag", "project"), 5 * 86_400)):
+            build_filter = BuildFilter(create_from_us=low, create_to_us=tag_window and low + tag_window * US)
+            parts = stats_queries.stats_parts(1, build_filter, group_by)
+            assert len(parts) == 2
+            halves = [conn.execute(*part).fetchall() for part in parts]
+            assert all(halves), group_by
+            whole = conn.execute(*stats_queries.stats_rows(1, build_filter, group_by)).fetchall()
+            if group_by.kind == "derivation_path":
+                assert halves[0] + halves[1] == whole
+            else:  # each tag value in both halves of time: its builds counted once, in one or the other
+                counts = {}
+                for value, _, figures in halves[0] + halves[1]:
+                    counts[value] = counts.get(value, 0) + json.loads(figures)[0]
+                assert counts == {value: json.loads(figures)[0] for value, _, figures in whole}
+        short = BuildFilter(create_from_us=low, create_to_us=low + 86_400 * US)
+        assert len(stats_queries.stats_parts(1, short, GroupBy("tag", "project"))) == 1
+    finally:
+        conn.close()

@@ -8,7 +8,8 @@ the engine can tell about itself (whether data changed, how large it is).
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
@@ -42,6 +43,15 @@ class BuildPage(msgspec.Struct):
     next_cursor: Cursor | None
 
 
+def _abandon(task: asyncio.Future[Any]) -> None:
+    """Stop a read nobody will take (the client left); if it already failed, its error is taken here so that it
+    is not reported as never retrieved."""
+    if not task.done():
+        task.cancel()
+    elif not task.cancelled():
+        task.exception()
+
+
 class Reader(abc.ABC):
     """The queries that serve requests, on the connections of one engine."""
 
@@ -52,6 +62,10 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     async def _rows(self, query: queries.Query) -> list[tuple]:
         """Rows of a range query (may be served by a replica)."""
+
+    async def _rows_together(self, parts: Sequence[queries.Query]) -> list[list[tuple]]:
+        """Rows of range queries run at the same time where the engine can (see stats_queries.stats_parts)."""
+        return list(await asyncio.gather(*(self._rows(part) for part in parts)))
 
     @abc.abstractmethod
     async def _key(self, query: queries.Query) -> list[tuple]:
@@ -121,11 +135,28 @@ class Reader(abc.ABC):
     # --- insights (statistics, usage by group, export) -------------------------------------------
 
     async def stats_rows(
-        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False,
-        queue_times: bool = True,
+        self, account_id: int, build_filter: BuildFilter, group_by: GroupBy, queue_times: bool = True
     ) -> list[tuple]:
-        query = self.engine_stats.stats_rows(account_id, build_filter, group_by, newest, queue_times)
-        return await self._rows(query)
+        parts = self.engine_stats.stats_parts(account_id, build_filter, group_by, queue_times)
+        return [row for rows in await self._rows_together(parts) for row in rows]
+
+    async def newest_of_paths(
+        self, account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed_paths: Sequence[str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """The newest matching build of each of `paths` and the newest failed one of each of `failed_paths`, as
+        `create_us build_id status` text (see stats_queries.py); a path without such builds is left out. The two
+        lookups run at once."""
+        parts = [
+            self.engine_stats.newest_of_paths(account_id, build_filter, chosen, failed)
+            for chosen, failed in ((paths, False), (failed_paths, True))
+            if chosen
+        ]
+        found = iter(await self._rows_together(parts))
+        marks = []
+        for chosen in (paths, failed_paths):
+            rows = next(found) if chosen else []
+            marks.append({path: mark for path, mark in rows if mark is not None})
+        return marks[0], marks[1]
 
     async def usage_rows(self, account_id: int, query: UsageQuery, group_by: GroupBy) -> list[tuple]:
         """Usage rows for a breakdown: by day and by system summed in SQL, by tag one row a build."""
@@ -138,18 +169,35 @@ class Reader(abc.ABC):
     async def export_pages(
         self, account_id: int, build_filter: BuildFilter, size: int = EXPORT_PAGE
     ) -> AsyncIterator[list[bytes]]:
-        """Every matching build's JSON in list order, `size` at a time: memory stays one page whatever
-        the number of builds, and other requests are served between pages."""
-        cursor: Cursor | None = None
-        while True:
-            keys = await self._rows(stats_queries.export_keys(account_id, build_filter, cursor, size))
-            if not keys:
-                return
-            bodies = await self._rows(stats_queries.bodies_by_id([key[1] for key in keys]))
-            yield stats_queries.in_key_order(keys, bodies)
-            if len(keys) < size:
-                return
-            cursor = Cursor(create_us=keys[-1][0], build_id=keys[-1][1])
+        """Every matching build's JSON in list order, `size` at a time; other requests are served between pages.
+
+        The next page is read while the caller sends the one before it: on a file the kernel no longer caches,
+        reading is mostly waiting on the disk, which then overlaps the sending. At most two pages are held,
+        whatever the number of builds."""
+        pending = asyncio.ensure_future(self._export_page(account_id, build_filter, None, size))
+        try:
+            while True:
+                keys, bodies = await pending
+                full = len(keys) == size
+                if full:
+                    cursor = Cursor(create_us=keys[-1][0], build_id=keys[-1][1])
+                    pending = asyncio.ensure_future(self._export_page(account_id, build_filter, cursor, size))
+                if bodies:
+                    yield bodies
+                if not full:
+                    return
+        finally:
+            _abandon(pending)
+
+    async def _export_page(
+        self, account_id: int, build_filter: BuildFilter, cursor: Cursor | None, size: int
+    ) -> tuple[list[tuple], list[bytes]]:
+        """One page of an export: its keys (create time, build id) and its builds' JSON in key order."""
+        keys = await self._rows(stats_queries.export_keys(account_id, build_filter, cursor, size))
+        if not keys:
+            return keys, []
+        bodies = await self._rows(stats_queries.bodies_by_id([key[1] for key in keys]))
+        return keys, stats_queries.in_key_order(keys, bodies)
 
     async def account_figures(self, since_us: int) -> tuple[list[tuple], list[tuple]]:
         """For /metrics: per account and status the builds and CPU seconds since `since_us` (whole hours),

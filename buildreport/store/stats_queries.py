@@ -15,12 +15,14 @@ every figure it needs:
 - derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
 - anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
 
-Each row is `(value, status, figures, newest, newest_failed)`. `figures` is a JSON array (or, from
+Each row is `(value, status, figures)`. `figures` is a JSON array (or, from
 `day_figures`, its binary value, or null for a day without builds of the status): with a status,
 `[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
 `[builds, successful, discarded, unfinished, cpu seconds, unbilled cpu seconds, [durations], [queue times]]`.
-`newest` and `newest_failed` are `"create_us build_id status"` (numbers zero-padded to 20 digits, so that the
-greatest text is the newest build) when asked for, else null.
+
+The newest build of a derivation path (and its newest failed one), which the dashboard links to, is read
+apart for the few paths it shows (`newest_of_paths`), as `"create_us build_id status"`, the numbers
+zero-padded to 20 digits so that the greatest text is the newest build.
 """
 
 from __future__ import annotations
@@ -28,13 +30,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 
+import msgspec
+
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
 from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sql, _ordered, in_list
+from buildreport.times import now_us
 
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
 # Names of the row sources a statistics query makes itself (not tables): scanning them reads no table.
-ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "v", "value_groups")
+ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "p", "v", "value_groups")
 
 
 def _arrays(alias: str, queues: bool) -> str:
@@ -141,35 +146,28 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         figure_params = [period, period, account_id, account_id]
     else:
         figures, figure_params = from_builds, [account_id]
-    sql += f" SELECT periods.low - periods.low % ?, statuses.status, {figures}, NULL, NULL FROM periods, statuses"
+    sql += f" SELECT periods.low - periods.low % ?, statuses.status, {figures} FROM periods, statuses"
     params = [*bounds_params, low, first_end, first_end, period, period, *statuses, period, *figure_params]
     return sql, params
 
 
 def _value_groups(name: str, values: str, values_params: list[object], select: str, where: str,
-                  where_params: list[object], order: str, newest: bool, queues: bool) -> Query:
+                  where_params: list[object], queues: bool) -> Query:
     """Figures per value of the recursive row source `name` (each value found by one step in an index): one
-    subquery per value reads its builds; `where` names the value as `{value}`. Only groups with builds get
-    their newest builds, so values without builds in the window cost no more than two lookups."""
+    subquery per value reads its builds; `where` names the value as `{value}`."""
     figures = f"(SELECT {_by_kind('b', queues)} {select} WHERE {where.format(value='v.value')})"
     sql = (
         f"WITH RECURSIVE {name}(value) AS ({values}),"
         f" value_groups(value, figures) AS MATERIALIZED (SELECT v.value, {figures} FROM {name} v"
         " WHERE v.value IS NOT NULL)"
-        " SELECT value_groups.value, NULL, value_groups.figures"
+        # A group without builds has figures beginning with its count, 0.
+        " SELECT value_groups.value, NULL, value_groups.figures FROM value_groups"
+        " WHERE substr(value_groups.figures, 1, 3) <> '[0,'"
     )
-    params = [*values_params, *where_params]
-    if newest:
-        own = where.format(value="value_groups.value")
-        sql += f", {_newest(select, own, order, False)}, {_newest(select, own, order, True)}"
-        params += [*where_params, *where_params]
-    else:
-        sql += ", NULL, NULL"
-    # A group without builds has figures beginning with its count, 0.
-    return sql + " FROM value_groups WHERE substr(value_groups.figures, 1, 3) <> '[0,'", params
+    return sql, [*values_params, *where_params]
 
 
-def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bool, queues: bool) -> Query:
+def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bool) -> Query:
     """Figures per value of the tag `key`: its values found one by one in the tag index, each value's builds in
     the window one range of the tag table, whose rows hold their build's figures (so it is named `b` here).
 
@@ -195,26 +193,32 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, newest: bo
     conditions, condition_params = _conditions(account_id, build_filter)
     where = f"{tag}.account_id = ? AND {tag}.key = ? AND {tag}.value = {{value}}{window}{conditions}"
     where_params = [account_id, key, *window_params, *condition_params]
-    return _value_groups("tag_values", values, [account_id, key, account_id, key], select, where, where_params,
-                         f"{tag}.create_us DESC, {tag}.build_id DESC", newest, queues)
+    return _value_groups("tag_values", values, [account_id, key, account_id, key], select, where, where_params, queues)
 
 
-def _derivation_groups(account_id: int, build_filter: BuildFilter, newest: bool, queues: bool) -> Query:
-    """Figures per derivation path: the paths found one by one in `builds_by_derivation`, each path's builds
-    in the window read from the same index, which holds their figures."""
+def _derivation_groups(account_id: int, build_filter: BuildFilter, queues: bool, low: str | None = None,
+                       high: str | None = None) -> Query:
+    """Figures per derivation path, of the paths from `low` (inclusive) to `high` (exclusive) when given: the
+    paths found one by one in `builds_by_derivation`, each path's builds in the window read from the same
+    index, which holds their figures."""
     window, window_params = _window("b.create_us", build_filter)
     conditions, condition_params = _conditions(account_id, build_filter)
+    first, first_params = "", []
+    if low is not None:
+        first, first_params = " AND derivation_path >= ?", [low]
+    below, below_params = ("", []) if high is None else (" AND d.derivation_path < ?", [high])
+    if high is not None:
+        first, first_params = first + " AND derivation_path < ?", [*first_params, high]
     values = (
-        "SELECT min(derivation_path) FROM builds WHERE account_id = ?"
+        f"SELECT min(derivation_path) FROM builds WHERE account_id = ?{first}"
         " UNION ALL"
         " SELECT (SELECT min(d.derivation_path) FROM builds d"
-        " WHERE d.account_id = ? AND d.derivation_path > paths.value)"
+        f" WHERE d.account_id = ? AND d.derivation_path > paths.value{below})"
         " FROM paths WHERE paths.value IS NOT NULL"
     )
     where = f"b.account_id = ? AND b.derivation_path = {{value}}{window}{conditions}"
-    return _value_groups("paths", values, [account_id, account_id], "FROM builds b", where,
-                         [account_id, *window_params, *condition_params], "b.create_us DESC, b.build_id DESC",
-                         newest, queues)
+    return _value_groups("paths", values, [account_id, *first_params, account_id, *below_params], "FROM builds b",
+                         where, [account_id, *window_params, *condition_params], queues)
 
 
 # The value each grouping of the one-pass query groups by; time groupings, the start of its period.
@@ -229,25 +233,64 @@ _GROUP_COLUMNS = {
 def _grouped_in_one_pass(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queues: bool) -> Query:
     source, where, params = _filter_sql(account_id, build_filter, "b")
     sql = (
-        f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, {_by_status('b', queues)}, NULL, NULL"
+        f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, {_by_status('b', queues)}"
         f" FROM {source} WHERE {where} GROUP BY g, b.status"
     )
     return sql, params
 
 
-def stats_rows(
-    account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False, queue_times: bool = True
-) -> Query:
-    """The figures of each group of the matching builds (see the module's docstring for the rows); `newest`
-    adds each group's newest build and newest failed build, for groups by tag or derivation; without
+def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queue_times: bool = True) -> Query:
+    """The figures of each group of the matching builds (see the module's docstring for the rows); without
     `queue_times` their arrays are left empty."""
     if group_by.kind in _PERIODS and not build_filter.tags and build_filter.derivation_path is None:
         return _time_groups(account_id, build_filter, _PERIODS[group_by.kind], queue_times)
     if group_by.kind == "tag" and group_by.tag_key is not None:
-        return _tag_groups(account_id, build_filter, group_by.tag_key, newest, queue_times)
+        return _tag_groups(account_id, build_filter, group_by.tag_key, queue_times)
     if group_by.kind in ("derivation", "derivation_path"):
-        return _derivation_groups(account_id, build_filter, newest, queue_times)
+        return _derivation_groups(account_id, build_filter, queue_times)
     return _grouped_in_one_pass(account_id, build_filter, group_by, queue_times)
+
+
+# Where the two halves of a walk over derivation paths meet: store paths' hashes are spread evenly over Nix's
+# base-32 alphabet (0-9, then a-z without e, o, u, t), and "h" begins its second half.
+PATH_SPLIT = "/nix/store/h"
+# A grouping by tag over a window at least this long is read as two halves of time.
+SPLIT_WINDOW_US = 2 * US_PER_DAY
+
+
+def stats_parts(
+    account_id: int, build_filter: BuildFilter, group_by: GroupBy, queue_times: bool = True
+) -> list[Query]:
+    """`stats_rows` as queries whose rows together are its rows, for the reader to run at once on connections
+    of their own, each on a core: the walks by derivation path and by tag value, which cost most, in two
+    halves (by path, or by time), everything else as one query."""
+    if group_by.kind in ("derivation", "derivation_path") and build_filter.derivation_path is None:
+        return [
+            _derivation_groups(account_id, build_filter, queue_times, high=PATH_SPLIT),
+            _derivation_groups(account_id, build_filter, queue_times, low=PATH_SPLIT),
+        ]
+    if group_by.kind == "tag":
+        low = build_filter.create_from_us
+        high = build_filter.create_to_us if build_filter.create_to_us is not None else now_us()
+        if high - low >= SPLIT_WINDOW_US:
+            middle = low + (high - low) // 2
+            halves = (
+                msgspec.structs.replace(build_filter, create_to_us=middle),
+                msgspec.structs.replace(build_filter, create_from_us=middle),
+            )
+            return [stats_rows(account_id, half, group_by, queue_times) for half in halves]
+    return [stats_rows(account_id, build_filter, group_by, queue_times)]
+
+
+def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
+    """`(path, newest)` of each derivation path given: its newest matching build (or newest failed one), a step
+    back from the end of the path's range of `builds_by_derivation`; null when it has none."""
+    window, window_params = _window("b.create_us", build_filter)
+    conditions, condition_params = _conditions(account_id, build_filter)
+    where = f"b.account_id = ? AND b.derivation_path = p.value{window}{conditions}"
+    newest = _newest("FROM builds b", where, "b.create_us DESC, b.build_id DESC", failed)
+    sql = f"WITH p(value) AS (VALUES {','.join(['(?)'] * len(paths))}) SELECT p.value, {newest} FROM p"
+    return sql, [*paths, account_id, *window_params, *condition_params]
 
 
 def _stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:

@@ -1,11 +1,13 @@
 """The statistics queries of PostgreSQL: what store/stats_queries.py does with SQLite's index walks, one
 grouped pass here, with the same rows (see that module's docstring) in the one-status form:
-`(value, status, [builds, cpu seconds, [durations], [queue times]], newest, newest failed)`.
+`(value, status, [builds, cpu seconds, [durations], [queue times]])`.
 
 Only these differ between the engines; every other insights query is shared.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from buildreport.filters import BuildFilter, GroupBy, UsageQuery
 from buildreport.models import FAILED
@@ -26,29 +28,42 @@ _FIGURES = (
     "'[' || count(*) || ',' || coalesce(sum(b.cpu_seconds), 0) || ',[' || coalesce(string_agg(b.duration_text, ','),"
     f" '') || '],[' || {_QUEUES} || ']]'"
 )
-_MARK = "b.create_us || ' ' || b.build_id || ' ' || b.status"
+# As SQLite's: zero-padded numbers, so that the greatest text is the newest build.
+_MARK = "lpad(b.create_us::text, 20, '0') || ' ' || lpad(b.build_id::text, 20, '0') || ' ' || b.status"
 _NEWEST = f"(array_agg({_MARK} ORDER BY b.create_us DESC, b.build_id DESC))[1]"
 _NEWEST_FAILED = (
     f"(array_agg({_MARK} ORDER BY b.create_us DESC, b.build_id DESC) FILTER (WHERE b.status IN {in_list(FAILED)}))[1]"
 )
 
 
-def stats_rows(
-    account_id: int, build_filter: BuildFilter, group_by: GroupBy, newest: bool = False, queue_times: bool = True
-) -> Query:
+def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queue_times: bool = True) -> Query:
     source, where, params = _filter_sql(account_id, build_filter, "b")
-    marks = f"{_NEWEST}, {_NEWEST_FAILED}" if newest else "NULL, NULL"
     figures = _FIGURES if queue_times else _FIGURES.replace(_QUEUES, "''")
     if group_by.kind == "tag" and group_by.tag_key is not None:
         # The tag's value from the tag index: builds without the tag are in no group.
         source += " JOIN build_tags g ON g.account_id = b.account_id AND g.build_id = b.build_id AND g.key = ?"
         return (
-            f"SELECT g.value, b.status, {figures}, {marks} FROM {source} WHERE {where} GROUP BY g.value, b.status",
+            f"SELECT g.value, b.status, {figures} FROM {source} WHERE {where} GROUP BY g.value, b.status",
             [group_by.tag_key, *params],
         )
     column = _GROUP_COLUMNS[group_by.kind]
-    sql = f"SELECT {column} AS g, b.status, {figures}, {marks} FROM {source} WHERE {where} GROUP BY 1, 2"
+    sql = f"SELECT {column} AS g, b.status, {figures} FROM {source} WHERE {where} GROUP BY 1, 2"
     return sql, params
+
+
+def stats_parts(
+    account_id: int, build_filter: BuildFilter, group_by: GroupBy, queue_times: bool = True
+) -> list[Query]:
+    """One query: PostgreSQL spreads a large grouped pass over its own parallel workers."""
+    return [stats_rows(account_id, build_filter, group_by, queue_times)]
+
+
+def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
+    """`(path, newest)` of each given derivation path with matching builds (or matching failed builds)."""
+    source, where, params = _filter_sql(account_id, build_filter, "b")
+    mark = _NEWEST_FAILED if failed else _NEWEST
+    sql = f"SELECT b.derivation_path, {mark} FROM {source} WHERE {where} AND b.derivation_path = ANY(?) GROUP BY 1"
+    return sql, [*params, list(paths)]
 
 
 def usage_by_system(account_id: int, query: UsageQuery) -> Query:
