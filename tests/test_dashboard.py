@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import sqlite3
 import time
 from html import unescape
 from pathlib import Path
@@ -17,9 +19,10 @@ from test_stats import FAILED, RECORDS, us
 
 from buildreport.cli import sample_data_path
 from buildreport.demo import prepare_demo
+from buildreport.filters import BuildFilter
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkSigner
 from buildreport.stats import derivation_name
-from buildreport.store import open_database
+from buildreport.store import open_database, open_reader
 from buildreport.times import US_PER_SECOND, now_us
 
 SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "screenshot-dashboard.png"
@@ -211,6 +214,30 @@ def test_each_derivation_links_its_newest_build_and_failures_their_newest_failed
             assert int(build_id) == newest(builds), (section, key)
             checked += 1
     assert checked >= 3
+
+
+def test_newest_builds_of_more_paths_than_one_statement_takes_are_found(api):
+    env, _, _ = api
+    acme = [r for r in RECORDS if r["account"] == "acme"]
+    real = sorted({r["derivation_path"] for r in acme})
+    # More parameters than SQLite takes in one statement (its limit differs from build to build).
+    most = sqlite3.connect(":memory:").getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    paths = [f"/nix/store/{i:032d}-absent.drv" for i in range(most)] + real
+
+    async def look() -> tuple[dict[str, str], dict[str, str]]:
+        reader = await open_reader(env.db)
+        try:
+            return await reader.newest_of_paths(1, BuildFilter(create_from_us=0), paths, paths)
+        finally:
+            await reader.close()
+
+    newest, newest_failed = asyncio.run(look())
+    for marks, failed in ((newest, False), (newest_failed, True)):
+        expected = {}
+        for r in sorted(acme, key=lambda r: (us(r["create_time"]), r["build_id"])):
+            if not failed or r["build_status"] in FAILED:
+                expected[r["derivation_path"]] = r["build_id"]
+        assert {path: int(mark.split()[1]) for path, mark in marks.items()} == expected
 
 
 # --- the demo prints a link, and the page in a browser ---------------------------------------------------

@@ -22,6 +22,8 @@ from buildreport.times import US_PER_SECOND
 
 # Builds an export reads at a time.
 EXPORT_PAGE = 5_000
+# Derivation paths one lookup of newest builds names at most (SQLite takes 32,766 parameters a statement).
+NEWEST_CHUNK = 5_000
 
 
 class TokenRow(msgspec.Struct, frozen=True):
@@ -144,19 +146,18 @@ class Reader(abc.ABC):
         self, account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed_paths: Sequence[str]
     ) -> tuple[dict[str, str], dict[str, str]]:
         """The newest matching build of each of `paths` and the newest failed one of each of `failed_paths`, as
-        `create_us build_id status` text (see stats_queries.py); a path without such builds is left out. The two
-        lookups run at once."""
-        parts = [
-            self.engine_stats.newest_of_paths(account_id, build_filter, chosen, failed)
-            for chosen, failed in ((paths, False), (failed_paths, True))
-            if chosen
-        ]
-        found = iter(await self._rows_together(parts))
-        marks = []
-        for chosen in (paths, failed_paths):
-            rows = next(found) if chosen else []
-            marks.append({path: mark for path, mark in rows if mark is not None})
-        return marks[0], marks[1]
+        `create_us build_id status` text (see stats_queries.py); a path without such builds is left out. The
+        lookups run at once, NEWEST_CHUNK paths each."""
+        parts, failed_parts = [], []
+        for chosen, failed in ((paths, False), (failed_paths, True)):
+            for start in range(0, len(chosen), NEWEST_CHUNK):
+                piece = chosen[start : start + NEWEST_CHUNK]
+                parts.append(self.engine_stats.newest_of_paths(account_id, build_filter, piece, failed))
+                failed_parts.append(failed)
+        marks: tuple[dict[str, str], dict[str, str]] = ({}, {})
+        for failed, rows in zip(failed_parts, await self._rows_together(parts), strict=True):
+            marks[int(failed)].update((path, mark) for path, mark in rows if mark is not None)
+        return marks
 
     async def usage_rows(self, account_id: int, query: UsageQuery, group_by: GroupBy) -> list[tuple]:
         """Usage rows for a breakdown: by day and by system summed in SQL, by tag one row a build."""
