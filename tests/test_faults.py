@@ -364,6 +364,11 @@ def test_every_worker_reports_a_deleted_database(env, serve):
 
     env.load([record(1)])
     server = serve(env.db, "--workers", "2")
+    # Both workers running before the file goes: a worker still starting would find no database to open.
+    deadline = time.monotonic() + 20
+    while server.log.read_text().count("Application startup complete.") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.log.read_text().count("Application startup complete.") == 2, server.log.read_text()[-2000:]
     os.unlink(env.db)
     answers = [httpx.get(server.url + "/healthz", timeout=5) for _ in range(8)]
     assert {a.status_code for a in answers} == {503}
