@@ -203,12 +203,10 @@ def _derivation_groups(account_id: int, build_filter: BuildFilter, queues: bool,
     index, which holds their figures."""
     window, window_params = _window("b.create_us", build_filter)
     conditions, condition_params = _conditions(account_id, build_filter)
-    first, first_params = "", []
-    if low is not None:
-        first, first_params = " AND derivation_path >= ?", [low]
+    # The first path is sought within both bounds; each next one, being greater, only below `high`.
+    bounds = [(op, bound) for op, bound in ((">=", low), ("<", high)) if bound is not None]
+    first, first_params = "".join(f" AND derivation_path {op} ?" for op, _ in bounds), [b for _, b in bounds]
     below, below_params = ("", []) if high is None else (" AND d.derivation_path < ?", [high])
-    if high is not None:
-        first, first_params = first + " AND derivation_path < ?", [*first_params, high]
     values = (
         f"SELECT min(derivation_path) FROM builds WHERE account_id = ?{first}"
         " UNION ALL"
