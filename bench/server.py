@@ -163,6 +163,20 @@ class Server:
             ticks += int(fields[11]) + int(fields[12])  # utime, stime
         return ticks / os.sysconf("SC_CLK_TCK")
 
+    def read_bytes(self) -> int:
+        """Bytes the server and every process it started have read from storage so far: a read the kernel
+        answered from its page cache counts nothing."""
+        if self.process is None or self.process.poll() is not None:
+            return 0
+        total = 0
+        for pid in _descendants(self.process.pid):
+            try:
+                text = Path(f"/proc/{pid}/io").read_text()
+            except OSError:
+                continue  # a process that ended in between
+            total += next(int(line.split()[1]) for line in text.splitlines() if line.startswith("read_bytes:"))
+        return total
+
     def memory(self) -> dict[str, object]:
         """Peak (VmHWM) and current resident memory of the server and every process it started."""
         if self.process is None or self.process.poll() is not None:

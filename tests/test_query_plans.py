@@ -85,6 +85,7 @@ QUERIES = {
     },
     **{f"export keys, {name}": stats_queries.export_keys(1, f, Cursor(5, 6), 2000) for name, f in FILTERS.items()},
     "export bodies by id": stats_queries.bodies_by_id([3, 1, 2]),
+    **{f"export bodies, half {i}": part for i, part in enumerate(stats_queries.body_parts([3, 1, 2, 4]))},
 }
 
 
@@ -131,9 +132,9 @@ def test_export_pages_need_no_sort_step(conn):
         sql, params = stats_queries.export_keys(1, f, Cursor(5, 6), 2000)
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
         assert not any("TEMP B-TREE" in step for step in plan), f"{name}: {plan}"
-    sql, params = stats_queries.bodies_by_id([3, 1, 2])
-    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
-    assert not any("TEMP B-TREE" in step for step in plan), plan
+    for sql, params in [stats_queries.bodies_by_id([3, 1, 2]), *stats_queries.body_parts([3, 1, 2, 4])]:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        assert not any("TEMP B-TREE" in step for step in plan), plan
 
 
 @pytest.mark.parametrize(
@@ -150,7 +151,7 @@ def test_metrics_walk_only_the_accounts_and_read_totals_by_key(conn, query):
 
 # --- the same on PostgreSQL: its list and statistics queries where they differ, every other query as shared ----
 
-_ENGINE_OWN = ("stats by ", "usage by ", "newest builds")
+_ENGINE_OWN = ("stats by ", "usage by ", "newest builds", "export bodies,")
 PG_QUERIES = {
     # SQLite's statistics walk its indexes (store/stats_queries.py); PostgreSQL has its own (store/postgres/).
     **{name: query for name, query in QUERIES.items() if not name.startswith(_ENGINE_OWN)},
@@ -180,6 +181,7 @@ PG_QUERIES = {
         )
         for name, to in (("open", None), ("closed", 2))
     },
+    "export bodies, one query": postgres_stats.body_parts([3, 1, 2, 4])[0],
 }
 
 

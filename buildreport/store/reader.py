@@ -58,7 +58,8 @@ class Reader(abc.ABC):
     """The queries that serve requests, on the connections of one engine."""
 
     dialect: Dialect
-    # The statistics queries that differ between the engines: stats_rows, usage_by_system, usage_tags.
+    # The queries that differ between the engines: stats_parts, newest_of_paths, usage_by_system, usage_tags
+    # and body_parts.
     engine_stats: Any = stats_queries
 
     @abc.abstractmethod
@@ -197,8 +198,8 @@ class Reader(abc.ABC):
         keys = await self._rows(stats_queries.export_keys(account_id, build_filter, cursor, size))
         if not keys:
             return keys, []
-        bodies = await self._rows(stats_queries.bodies_by_id([key[1] for key in keys]))
-        return keys, stats_queries.in_key_order(keys, bodies)
+        parts = await self._rows_together(self.engine_stats.body_parts([key[1] for key in keys]))
+        return keys, stats_queries.joined_in_key_order(keys, [row for rows in parts for row in rows])
 
     async def account_figures(self, since_us: int) -> tuple[list[tuple], list[tuple]]:
         """For /metrics: per account and status the builds and CPU seconds since `since_us` (whole hours),

@@ -38,6 +38,7 @@ from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sq
 from buildreport.times import now_us
 
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
+_IDS = msgspec.json.Decoder(list[int])
 # Names of the row sources a statistics query makes itself (not tables): scanning them reads no table.
 ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "p", "v", "value_groups")
 
@@ -331,19 +332,50 @@ def export_keys(account_id: int, build_filter: BuildFilter, cursor: Cursor | Non
 
 
 def bodies_by_id(build_ids: Sequence[int]) -> Query:
-    """The stored JSON of builds by id, in id order.
+    """(build id, stored JSON) of builds by id, in id order: the command line's export reads a page with this.
 
-    An export takes a page's ids from the index newest first, then reads their JSON with this, oldest
-    first: the builds table is laid out by id, ids grow with time, and the file read forwards is read ahead
-    by the kernel. Read newest first, page by page, a file no longer cached gave 38,000 builds/s; this way,
-    137,000 (pages of 10,000 builds)."""
+    An export takes a page's ids from the index newest first, then reads their JSON oldest first: the builds
+    table is laid out by id, ids grow with time, and the file read forwards is read ahead by the kernel. Read
+    newest first, page by page, a file no longer cached gave 38,000 builds/s; this way, 137,000."""
     marks = ",".join("?" * len(build_ids))
     return f"SELECT build_id, body FROM builds WHERE build_id IN ({marks}) ORDER BY build_id", list(build_ids)
 
 
+def body_parts(build_ids: Sequence[int]) -> list[Query]:
+    """A server's export page as two queries over the two halves of its ids, which the reader runs at once.
+
+    Each answers one row: its build ids as a JSON array and their JSON joined by newlines, both in id
+    order (the subquery's LIMIT keeps the order for the aggregates). One row instead of one a build: rows
+    handed over one at a time contend with the request's thread for the interpreter lock at each step.
+    A page's JSON lines are read forwards, as `bodies_by_id` says; two halves at once keep the disk busier.
+    Over HTTP, 700,000 builds: from 7.5-7.9 s to 5.5-6.0 s with the file's pages not cached, from 4.6-4.8
+    s to 3.4 s with them cached."""
+    ids = sorted(build_ids)
+    middle = len(ids) // 2
+    return [_joined_bodies(half) for half in (ids[:middle], ids[middle:]) if half]
+
+
+def _joined_bodies(build_ids: list[int]) -> Query:
+    marks = ",".join("?" * len(build_ids))
+    page = f"SELECT build_id, body FROM builds WHERE build_id IN ({marks}) ORDER BY build_id LIMIT ?"
+    sql = f"SELECT json_group_array(build_id), CAST(group_concat(body, char(10)) AS BLOB) FROM ({page})"
+    return sql, [*build_ids, len(build_ids)]
+
+
 def in_key_order(keys: list[tuple], bodies: list[tuple]) -> list[bytes]:
-    """A page's JSON in the order of its keys (create time, build id)."""
+    """A page's JSON in the order of its keys (create time, build id), from rows of (build id, JSON)."""
     by_id = dict(bodies)
+    return [by_id[build_id] for _, build_id in keys if build_id in by_id]
+
+
+def joined_in_key_order(keys: list[tuple], parts: list[tuple]) -> list[bytes]:
+    """A page's JSON in the order of its keys, from the rows of `body_parts` (ids as JSON, joined JSON).
+    Stored JSON is compact, so a newline only ever separates two builds."""
+    by_id: dict[int, bytes] = {}
+    for ids, joined in parts:
+        found = _IDS.decode(ids) if ids else []  # no rows: PostgreSQL's aggregate is null
+        if found:
+            by_id.update(zip(found, joined.split(b"\n"), strict=True))
     return [by_id[build_id] for _, build_id in keys if build_id in by_id]
 
 
