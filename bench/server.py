@@ -149,16 +149,22 @@ class Server:
                 raise RuntimeError(f"/healthz did not answer 200 within {START_TIMEOUT_S:.0f}s:\n" + self.log_tail())
             time.sleep(0.05)
 
-    def cpu_seconds(self) -> float:
-        """CPU time used so far by the server and every process it started (user and system)."""
+    def _proc_files(self, name: str) -> list[str]:
+        """The /proc/PID/`name` file of the server and of every process it started, while it runs."""
         if self.process is None or self.process.poll() is not None:
-            return 0.0
-        ticks = 0
+            return []
+        texts = []
         for pid in _descendants(self.process.pid):
             try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
+                texts.append(Path(f"/proc/{pid}/{name}").read_text())
             except OSError:
                 continue  # a process that ended in between
+        return texts
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by the server and every process it started (user and system)."""
+        ticks = 0
+        for stat in self._proc_files("stat"):
             fields = stat[stat.rindex(")") + 2 :].split()
             ticks += int(fields[11]) + int(fields[12])  # utime, stime
         return ticks / os.sysconf("SC_CLK_TCK")
@@ -166,16 +172,8 @@ class Server:
     def read_bytes(self) -> int:
         """Bytes the server and every process it started have read from storage so far: a read the kernel
         answered from its page cache counts nothing."""
-        if self.process is None or self.process.poll() is not None:
-            return 0
-        total = 0
-        for pid in _descendants(self.process.pid):
-            try:
-                text = Path(f"/proc/{pid}/io").read_text()
-            except OSError:
-                continue  # a process that ended in between
-            total += next(int(line.split()[1]) for line in text.splitlines() if line.startswith("read_bytes:"))
-        return total
+        return sum(int(line.split()[1]) for text in self._proc_files("io") for line in text.splitlines()
+                   if line.startswith("read_bytes:"))
 
     def memory(self) -> dict[str, object]:
         """Peak (VmHWM) and current resident memory of the server and every process it started."""
