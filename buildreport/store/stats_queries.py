@@ -371,12 +371,12 @@ def in_key_order(keys: list[tuple], bodies: list[tuple]) -> list[bytes]:
 def joined_in_key_order(keys: list[tuple], parts: list[tuple]) -> list[bytes]:
     """A page's JSON in the order of its keys, from the rows of `body_parts` (ids as JSON, joined JSON).
     Stored JSON is compact, so a newline only ever separates two builds."""
-    by_id: dict[int, bytes] = {}
+    bodies: list[tuple[int, bytes]] = []
     for ids, joined in parts:
         found = _IDS.decode(ids) if ids else []  # no rows: PostgreSQL's aggregate is null
         if found:
-            by_id.update(zip(found, joined.split(b"\n"), strict=True))
-    return [by_id[build_id] for _, build_id in keys if build_id in by_id]
+            bodies += zip(found, joined.split(b"\n"), strict=True)
+    return in_key_order(keys, bodies)
 
 
 def iter_export_pages(
