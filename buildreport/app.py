@@ -17,6 +17,7 @@ from litestar.openapi.spec import Components, SecurityScheme
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsException, ProblemDetailsPlugin
 
 from buildreport import __version__
+from buildreport.allocator import keep_freed_memory
 from buildreport.api import api_router
 from buildreport.config import Settings, load_secret_keys
 from buildreport.envelope import Envelope, request_id
@@ -182,11 +183,12 @@ def create_app(settings: Settings) -> Envelope:
 GC_THRESHOLDS = (20_000, 20, 20)
 
 
-def tune_collector() -> None:
-    """Set up the garbage collector of a serving process, once its application is built."""
+def tune_process() -> None:
+    """Set up the garbage collector and the allocator of a serving process, once its application is built."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    keep_freed_memory()
 
 
 def app_from_env() -> Envelope:
@@ -198,5 +200,5 @@ def app_from_env() -> Envelope:
     follow_parent_process()  # a worker never outlives the server that started it
     configure_logging()
     app = create_app(from_env())
-    tune_collector()
+    tune_process()
     return app

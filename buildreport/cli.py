@@ -365,10 +365,10 @@ def run_server(settings: Settings) -> None:
         with metrics_folder():
             Multiprocess(server_config, sockets=[server_config.bind_socket()]).run()
     else:
-        from buildreport.app import create_app, tune_collector  # one process: its own registry holds everything
+        from buildreport.app import create_app, tune_process  # one process: its own registry holds everything
 
         server_config = ServeConfig(create_app(settings), **common)
-        tune_collector()
+        tune_process()
         server = uvicorn.Server(server_config)
         with contextlib.suppress(KeyboardInterrupt):
             server.run()
