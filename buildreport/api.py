@@ -44,7 +44,12 @@ def query_pairs(request: Request[Any, Any, Any]) -> Pairs:
     return parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True, errors="replace")
 
 
-def _etag_matches(header: str | None, etag: str) -> bool:
+def etag_of(body: bytes) -> str:
+    """The ETag of an answer: a digest of its body (or of what stands for it)."""
+    return '"' + hashlib.md5(body, usedforsecurity=False).hexdigest() + '"'
+
+
+def etag_matches(header: str | None, etag: str) -> bool:
     if not header:
         return False
     if header.strip() == "*":
@@ -56,11 +61,11 @@ def json_response(
     request: Request[Any, Any, Any], body: bytes, headers: dict[str, str] | None = None, digest_of: bytes | None = None
 ) -> Response:
     """A JSON answer with an ETag (a digest of the body, or of `digest_of` that stands for it); 304 when it matches."""
-    etag = '"' + hashlib.md5(body if digest_of is None else digest_of, usedforsecurity=False).hexdigest() + '"'
+    etag = etag_of(body if digest_of is None else digest_of)
     out = {"ETag": etag, "Cache-Control": "private, no-cache", "Vary": "Authorization", **(headers or {})}
     # Read straight from the ASGI scope: building a headers object costs more than the whole check.
     given = next((v for k, v in request.scope["headers"] if k == b"if-none-match"), None)
-    if given is not None and _etag_matches(given.decode("latin-1"), etag):
+    if given is not None and etag_matches(given.decode("latin-1"), etag):
         return Response(content=b"", status_code=304, headers=out)
     return Response(content=body, media_type="application/json", headers=out)
 
@@ -371,16 +376,20 @@ async def write_builds(request: Request[Any, Any, Any]) -> Response[bytes]:
     return Response(content=_ENCODE(result), media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
-def api_router(rate_limit: int) -> Router:
+def api_auth(rate_limit: int) -> AuthMiddleware:
+    """The token check of the API's routes, with its rate limit (none for 0)."""
+    return AuthMiddleware("reader", RateLimiter(rate_limit) if rate_limit > 0 else None)
+
+
+def api_router(auth: AuthMiddleware) -> Router:
     from buildreport.insights_api import insight_handlers  # it builds on this module's helpers
 
-    limiter = RateLimiter(rate_limit) if rate_limit > 0 else None
     return Router(
         path="/",
         route_handlers=[
             list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds, *insight_handlers()
         ],
-        middleware=[AuthMiddleware("reader", limiter)],
+        middleware=[auth],
         opt={"scope": READ_SCOPE},
         tags=["builds"],
         security=[{"bearer": []}],

@@ -18,7 +18,8 @@ from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetail
 
 from buildreport import __version__
 from buildreport.allocator import keep_freed_memory
-from buildreport.api import api_router
+from buildreport.api import api_auth, api_router
+from buildreport.auth import AuthMiddleware
 from buildreport.config import Settings, load_secret_keys
 from buildreport.envelope import Envelope, request_id
 from buildreport.errors import Problem
@@ -120,7 +121,8 @@ def _link_limits(settings: Settings) -> LinkLimits:
     return LinkLimits(settings.link_rate_limit, settings.log_streams, settings.log_streams_per_client)
 
 
-def create_litestar(settings: Settings) -> Litestar:
+def create_litestar(settings: Settings, auth: AuthMiddleware | None = None) -> Litestar:
+    """The application; `auth` is the API routes' token check (made here when not given)."""
     # Migrates before any request; the database must exist (`serve` and `demo` create it before workers start),
     # so a worker never creates an empty database in place of one that was deleted.
     open_database(settings.db, create=False).close()
@@ -143,7 +145,7 @@ def create_litestar(settings: Settings) -> Litestar:
 
     return Litestar(
         route_handlers=[
-            api_router(settings.rate_limit),
+            api_router(auth if auth is not None else api_auth(settings.rate_limit)),
             web_router(_link_limits(settings)),
             dashboard_router(),
             metrics_router(),
@@ -173,7 +175,11 @@ def create_litestar(settings: Settings) -> Litestar:
 
 
 def create_app(settings: Settings) -> Envelope:
-    return Envelope(create_litestar(settings), log_requests=settings.access_log, prefix=settings.path_prefix)
+    from buildreport.lookup import KeyLookup
+
+    auth = api_auth(settings.rate_limit)  # one token check, cache and rate limit for the lookup and the routes
+    app = KeyLookup(create_litestar(settings, auth), auth)
+    return Envelope(app, log_requests=settings.access_log, prefix=settings.path_prefix)
 
 
 # A worker's garbage collector. What it holds from its start (modules, routes, the app) lives as long as it does,

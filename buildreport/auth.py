@@ -124,6 +124,11 @@ class AuthMiddleware(ASGIMiddleware):
         self.tokens = TokenCache()
         self._touched: dict[str, int] = {}
 
+    def __deepcopy__(self, memo: dict[int, object]) -> AuthMiddleware:
+        """Itself: Litestar copies a router as it registers it, and the token cache and rate limit stay the
+        ones the router shares with the lookup in front of it (lookup.py)."""
+        return self
+
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         reader: Reader = getattr(scope["litestar_app"].state, self.reader_key)
         now = time.time()
@@ -133,11 +138,11 @@ class AuthMiddleware(ASGIMiddleware):
         required = scope["route_handler"].opt.get("scope", READ_SCOPE)
         require_scope(principal, required)
         extra: dict[str, str] = self.limiter.hit(row.token_id, now) if self.limiter is not None else {}
-        self._touch(reader, row, now_us)
+        self.touch(reader, row, now_us)
         scope["auth"] = principal
         await next_app(scope, receive, _with_headers(send, extra) if extra else send)
 
-    def _touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
+    def touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
         """Note the token's last use, at most once a minute."""
         last = max(row.last_used_us or 0, self._touched.get(row.token_id, 0))
         if now_us - last >= LAST_USED_RESOLUTION_US:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import mmap
 import os
 import sqlite3
 from collections.abc import Sequence
@@ -72,7 +73,7 @@ class SqliteReader(Reader):
         # Which files were opened: a file deleted or replaced under the server is told apart by its inode.
         self._identities = {self._path: _identity(self._path), self._auth_path: _identity(self._auth_path)}
         self._writer: aiosqlite.Connection | None = None
-        self._shm: dict[str, int] = {}
+        self._shm: dict[str, mmap.mmap] = {}
         self._pending: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -96,26 +97,30 @@ class SqliteReader(Reader):
         await self._conn.close()
         await self._side.close()
         self._local.close()
-        for fd in self._shm.values():
-            os.close(fd)
+        for view in self._shm.values():
+            view.close()
 
     def data_version(self) -> bytes | None:
         """A value that differs after any commit to the database or its tokens file; None when it cannot be told.
 
         Reading a few bytes of the WAL index costs far less than a query, so data derived from the
         database (the token cache) can be checked on every request and still see a revocation at once.
+        They are read through a memory map, without a system call: SQLite only shortens a -shm file that no
+        other connection has open, and this reader's own connections keep both open until it closes.
         """
         headers = []
         for path in (self._path, self._auth_path):
-            try:
-                if path not in self._shm:
-                    self._shm[path] = os.open(path + "-shm", os.O_RDONLY)
-                header = os.pread(self._shm[path], _WAL_INDEX_HEADER, 0)
-            except OSError:
-                return None
-            if len(header) != _WAL_INDEX_HEADER:
-                return None
-            headers.append(header)
+            view = self._shm.get(path)
+            if view is None:
+                try:
+                    fd = os.open(path + "-shm", os.O_RDONLY)
+                    try:
+                        view = self._shm[path] = mmap.mmap(fd, _WAL_INDEX_HEADER, prot=mmap.PROT_READ)
+                    finally:
+                        os.close(fd)
+                except (OSError, ValueError):
+                    return None
+            headers.append(view[:_WAL_INDEX_HEADER])
         return b"".join(headers)
 
     def file_problem(self) -> str | None:

@@ -1,0 +1,213 @@
+"""GET /builds/{id} answered before routing: the same answers as the router's, and only when it succeeds."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from conftest import Env, auth, record
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from litestar.testing import TestClient
+from prometheus_client import REGISTRY
+
+from buildreport.app import create_app, create_litestar
+from buildreport.envelope import Envelope
+from buildreport.lookup import TEMPLATE, KeyLookup
+from buildreport.store import open_auth
+
+# Headers that differ between any two answers, or between two within a second (the seconds left of the rate
+# limit's window).
+_PER_ANSWER = {"x-request-id", "date", "ratelimit-reset"}
+
+
+class CountingApp:
+    """The Litestar app behind KeyLookup, counting the HTTP requests that reach it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.http_calls = 0
+
+    @property
+    def state(self) -> Any:
+        return self.app.state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.http_calls += 1
+        await self.app(scope, receive, send)
+
+
+def _pair(env: Env, **overrides: Any) -> tuple[TestClient, TestClient, CountingApp]:
+    """A client of the service as served, one of the router alone, and the counter of requests routed."""
+    settings = env.settings(**overrides)
+    served = create_app(settings)
+    lookup = served.app
+    assert isinstance(lookup, KeyLookup)
+    counting = lookup.app = CountingApp(lookup.app)  # type: ignore[assignment]
+    routed_only = Envelope(create_litestar(settings), log_requests=settings.access_log, prefix=settings.path_prefix)
+    base = "http://testserver.local"
+    return TestClient(served, base_url=base), TestClient(routed_only, base_url=base), counting
+
+
+def _answer(response: Any) -> tuple[int, bytes, list[tuple[str, str]]]:
+    headers = [(k.lower(), v) for k, v in response.headers.multi_items() if k.lower() not in _PER_ANSWER]
+    return response.status_code, response.content, headers
+
+
+@pytest.fixture
+def filled(env: Env) -> Env:
+    env.load([record(1), record(2, tags={"project": "web"}), record(3, account="globex")])
+    return env
+
+
+def _cases(env: Env) -> list[tuple[str, str, dict[str, str], bool]]:
+    """(method, path, headers, answered before routing) of the requests both apps must answer alike."""
+    read = auth(env.token())
+    return [
+        ("GET", "/builds/1", read, True),
+        ("GET", "/builds/2", read, True),
+        ("HEAD", "/builds/1", read, True),
+        ("GET", "/builds/3", read, False),  # another account's build
+        ("GET", "/builds/4", read, False),  # none
+        ("GET", "/builds/01", read, False),
+        ("GET", "/builds/0", read, False),
+        ("GET", "/builds/9223372036854775807", read, False),
+        ("GET", "/builds/9223372036854775808", read, False),
+        ("GET", "/builds/99999999999999999999", read, False),
+        ("GET", "/builds/-1", read, False),
+        ("GET", "/builds/1/", read, False),
+        ("GET", "/builds/1?limit=1", read, False),
+        ("GET", "/builds/1?", read, True),
+        ("POST", "/builds/1", read, False),
+        ("GET", "/builds/1", {}, False),
+        ("GET", "/builds/1", {"Authorization": "Basic abc"}, False),
+        ("GET", "/builds/1", {"Authorization": "Bearer brt_short"}, False),
+        ("GET", "/builds/1", auth("brt_" + "A" * 43), False),
+        ("GET", "/builds/1", auth(env.token(revoked=True)), False),
+        ("GET", "/builds/1", auth(env.token(expires_days=-1)), False),
+        ("GET", "/builds/1", auth(env.token(scopes=("build:write",))), False),
+        ("GET", "/builds/1", auth(env.token(scopes=("build:read", "build:write"))), True),
+        ("GET", "/builds/1", auth(env.token(account="globex")), False),
+        ("GET", "/builds/3", auth(env.token(account="globex")), True),
+        ("GET", "/builds/1", auth(env.token(account="nobody")), False),
+    ]
+
+
+def test_every_answer_is_the_routers(filled: Env) -> None:
+    served, routed, counting = _pair(filled)
+    with served, routed:
+        for method, path, headers, fast in _cases(filled):
+            before = counting.http_calls
+            expected = _answer(routed.request(method, path, headers=headers))
+            assert _answer(served.request(method, path, headers=headers)) == expected, (method, path, headers)
+            assert counting.http_calls == before + (0 if fast else 1), (method, path, headers)
+
+
+def test_conditional_answers_are_the_routers(filled: Env) -> None:
+    read = auth(filled.token())
+    served, routed, counting = _pair(filled)
+    with served, routed:
+        etag = served.get("/builds/1", headers=read).headers["etag"]
+        assert routed.get("/builds/1", headers=read).headers["etag"] == etag
+        for given in (etag, "W/" + etag, f'"other", {etag}', "*", '"other"', "", etag[:-2] + '"'):
+            headers = {**read, "If-None-Match": given}
+            expected = _answer(routed.get("/builds/1", headers=headers))
+            assert _answer(served.get("/builds/1", headers=headers)) == expected, given
+        assert counting.http_calls == 0
+        assert served.get("/builds/1", headers={**read, "If-None-Match": etag}).status_code == 304
+
+
+@pytest.mark.sqlite_only
+def test_any_path_segment_gets_the_routers_answer(filled: Env) -> None:
+    read = auth(filled.token())
+    served, routed, _ = _pair(filled)
+
+    @settings(max_examples=300, deadline=None)
+    @given(segment=st.one_of(st.integers(min_value=-5, max_value=2**64).map(str), st.text(max_size=12)))
+    def same_answer(segment: str) -> None:
+        path = "/builds/" + quote(segment, safe="")
+        assert _answer(served.get(path, headers=read)) == _answer(routed.get(path, headers=read))
+
+    with served, routed:
+        same_answer()
+
+
+def test_rate_limit_counts_each_request_once(filled: Env) -> None:
+    read = auth(filled.token())
+    served, routed, counting = _pair(filled, rate_limit=3)
+    with served, routed:
+        paths = ["/builds/1", "/builds/4", "/builds/2", "/builds/1", "/builds/1"]
+        answers = [served.get(path, headers=read) for path in paths]
+        expected = [routed.get(path, headers=read) for path in paths]
+    assert [a.status_code for a in answers] == [e.status_code for e in expected] == [200, 404, 200, 429, 429]
+    for got, want in zip(answers, expected, strict=True):
+        assert got.headers["ratelimit-remaining"] == want.headers["ratelimit-remaining"]
+        assert got.content == want.content
+    # Routed: the missing build and both refusals; the two builds were answered before routing.
+    assert counting.http_calls == 3
+
+
+def test_a_revoked_token_is_refused_at_once(filled: Env) -> None:
+    secret = filled.token()
+    served, _, counting = _pair(filled)
+    with served:
+        assert served.get("/builds/1", headers=auth(secret)).status_code == 200
+        conn = open_auth(filled.db)
+        with conn:
+            conn.execute("UPDATE tokens SET revoked_us = ?", (int(time.time() * 1_000_000),))
+        conn.close()
+        refused = served.get("/builds/1", headers=auth(secret))
+    assert refused.status_code == 401
+    assert "revoked" in refused.json()["detail"]
+    assert counting.http_calls == 1
+
+
+def test_answers_are_counted_as_the_routes_requests(filled: Env) -> None:
+    read = auth(filled.token())
+    labels = {"method": "GET", "path": TEMPLATE, "status_code": "200", "app_name": "buildreport"}
+
+    def count() -> float:
+        return REGISTRY.get_sample_value("buildreport_requests_total", labels) or 0.0
+
+    def timed() -> float:
+        return REGISTRY.get_sample_value("buildreport_request_duration_seconds_count", labels) or 0.0
+
+    served, _, counting = _pair(filled)
+    with served:
+        before, before_timed = count(), timed()
+        for _ in range(3):
+            assert served.get("/builds/1", headers=read).status_code == 200
+        assert served.get("/builds/4", headers=read).status_code == 404
+    assert counting.http_calls == 1
+    assert count() == before + 3
+    assert timed() == before_timed + 3
+
+
+@pytest.mark.sqlite_only
+def test_a_database_error_is_the_routers_503(filled: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = auth(filled.token())
+    served, _, counting = _pair(filled)
+    with served:
+        reader = counting.state.reader
+
+        async def failing(account_id: int, build_id: int) -> bytes | None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(reader, "build", failing)
+        response = served.get("/builds/1", headers=read)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "5"
+    assert counting.http_calls == 1
+
+
+def test_the_path_prefix_is_served_before_routing_too(filled: Env) -> None:
+    read = auth(filled.token())
+    served, routed, counting = _pair(filled, public_url="http://testserver.local/api/v1")
+    with served, routed:
+        for path in ("/api/v1/builds/1", "/builds/1", "/api/v1/builds/4"):
+            assert _answer(served.get(path, headers=read)) == _answer(routed.get(path, headers=read)), path
+    assert counting.http_calls == 1  # the missing build; outside the prefix nothing is routed at all
