@@ -28,7 +28,9 @@ MAX_REPORTED_ERRORS = 1000
 IMPORT_CACHE_KIB = 1024 * 1024
 
 
-class Location(msgspec.Struct, frozen=True):
+# Untracked by the garbage collector: an import keeps one per build (to name a repeated build_id), and a
+# million tracked ones made its collections take 15% of a million-build import (107.9 s, now 91.6 s).
+class Location(msgspec.Struct, frozen=True, gc=False):
     file: str
     line: int
 
