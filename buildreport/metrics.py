@@ -44,9 +44,9 @@ class RouteMetrics:
     """The request metrics of Litestar's Prometheus middleware, for requests answered before routing: the same
     metric objects and labels, so a scrape counts them as the route's own.
 
-    Such a request is counted and timed but not shown in progress: it is answered without yielding to the
-    event loop (unless the client stops reading), so no scrape could see it in progress anyway, and the
-    gauge's two updates cost more than the answer's lookup (see lookup.py)."""
+    Such a request is counted and timed but not shown in progress: on SQLite it is answered without yielding
+    to the event loop (unless the client stops reading), so no scrape of its process could see it in progress,
+    and leaving the gauge out saves its two updates, about 2 µs of an answer's 20 (see lookup.py)."""
 
     def __init__(self) -> None:
         self._middleware: PrometheusMiddleware | None = None

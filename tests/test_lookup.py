@@ -204,6 +204,25 @@ def test_a_database_error_is_the_routers_503(filled: Env, monkeypatch: pytest.Mo
     assert counting.http_calls == 1
 
 
+@pytest.mark.sqlite_only
+def test_an_unexpected_error_is_the_routers_500(filled: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = auth(filled.token())
+    served, _, counting = _pair(filled)
+    with served:
+        reader = counting.state.reader
+
+        async def failing(account_id: int, build_id: int) -> bytes | None:
+            raise RuntimeError("a fault nobody planned for")
+
+        monkeypatch.setattr(reader, "build", failing)
+        response = served.get("/builds/1", headers=read)
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "request id" in response.json()["detail"]
+    assert "RuntimeError" not in response.text and "Traceback" not in response.text
+    assert counting.http_calls == 1
+
+
 def test_the_path_prefix_is_served_before_routing_too(filled: Env) -> None:
     read = auth(filled.token())
     served, routed, counting = _pair(filled, public_url="http://testserver.local/api/v1")
