@@ -44,6 +44,10 @@ def query_pairs(request: Request[Any, Any, Any]) -> Pairs:
     return parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True, errors="replace")
 
 
+# Every JSON answer is the token's own: caches keep it per token and ask again before reusing it.
+CACHING = {"Cache-Control": "private, no-cache", "Vary": "Authorization"}
+
+
 def etag_of(body: bytes) -> str:
     """The ETag of an answer: a digest of its body (or of what stands for it)."""
     return '"' + hashlib.md5(body, usedforsecurity=False).hexdigest() + '"'
@@ -62,7 +66,7 @@ def json_response(
 ) -> Response:
     """A JSON answer with an ETag (a digest of the body, or of `digest_of` that stands for it); 304 when it matches."""
     etag = etag_of(body if digest_of is None else digest_of)
-    out = {"ETag": etag, "Cache-Control": "private, no-cache", "Vary": "Authorization", **(headers or {})}
+    out = {"ETag": etag, **CACHING, **(headers or {})}
     # Read straight from the ASGI scope: building a headers object costs more than the whole check.
     given = next((v for k, v in request.scope["headers"] if k == b"if-none-match"), None)
     if given is not None and etag_matches(given.decode("latin-1"), etag):

@@ -121,8 +121,8 @@ def _link_limits(settings: Settings) -> LinkLimits:
     return LinkLimits(settings.link_rate_limit, settings.log_streams, settings.log_streams_per_client)
 
 
-def create_litestar(settings: Settings, auth: AuthMiddleware | None = None) -> Litestar:
-    """The application; `auth` is the API routes' token check (made here when not given)."""
+def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
+    """The application; `auth` is the API routes' token check (see api_auth)."""
     # Migrates before any request; the database must exist (`serve` and `demo` create it before workers start),
     # so a worker never creates an empty database in place of one that was deleted.
     open_database(settings.db, create=False).close()
@@ -145,7 +145,7 @@ def create_litestar(settings: Settings, auth: AuthMiddleware | None = None) -> L
 
     return Litestar(
         route_handlers=[
-            api_router(auth if auth is not None else api_auth(settings.rate_limit)),
+            api_router(auth),
             web_router(_link_limits(settings)),
             dashboard_router(),
             metrics_router(),

@@ -57,7 +57,7 @@ def check_token(row: TokenRow | None, now_us: int) -> TokenRow:
     return row
 
 
-def require_scope(principal: Principal, scope: str) -> None:
+def require_scope(principal: Principal | TokenRow, scope: str) -> None:
     if scope not in principal.scopes:
         challenge = f'{REALM}, error="insufficient_scope", scope="{scope}"'
         raise Problem(403, f"The token lacks the {scope} scope", headers={"WWW-Authenticate": challenge})
@@ -132,15 +132,26 @@ class AuthMiddleware(ASGIMiddleware):
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         reader: Reader = getattr(scope["litestar_app"].state, self.reader_key)
         now = time.time()
-        now_us = int(now * US_PER_SECOND)
-        row = check_token(await self.tokens.lookup(reader, digest(bearer_secret(scope["headers"]))), now_us)
-        principal = Principal(row.token_id, row.account_id, row.account, row.scopes)
         required = scope["route_handler"].opt.get("scope", READ_SCOPE)
-        require_scope(principal, required)
-        extra: dict[str, str] = self.limiter.hit(row.token_id, now) if self.limiter is not None else {}
-        self.touch(reader, row, now_us)
-        scope["auth"] = principal
-        await next_app(scope, receive, _with_headers(send, extra) if extra else send)
+        row = await self.authenticate(reader, scope["headers"], required, now)
+        extra = self.admit(reader, row, now)
+        scope["auth"] = Principal(row.token_id, row.account_id, row.account, row.scopes)
+        await next_app(scope, receive, with_headers(send, extra) if extra else send)
+
+    async def authenticate(
+        self, reader: Reader, headers: list[tuple[bytes, bytes]], required: str, now: float
+    ) -> TokenRow:
+        """The token of a request's headers, known, current and holding the `required` scope; else a 401 or 403."""
+        row = check_token(await self.tokens.lookup(reader, digest(bearer_secret(headers))), int(now * US_PER_SECOND))
+        require_scope(row, required)
+        return row
+
+    def admit(self, reader: Reader, row: TokenRow, now: float) -> dict[str, str]:
+        """Count a request against its token's rate limit (a 429 past it) and note the token's use; the
+        RateLimit headers of the answer."""
+        extra = self.limiter.hit(row.token_id, now) if self.limiter is not None else {}
+        self.touch(reader, row, int(now * US_PER_SECOND))
+        return extra
 
     def touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
         """Note the token's last use, at most once a minute."""
@@ -150,7 +161,8 @@ class AuthMiddleware(ASGIMiddleware):
             reader.touch_token(row.token_id, now_us)
 
 
-def _with_headers(send: Send, headers: dict[str, str]) -> Send:
+def with_headers(send: Send, headers: dict[str, str]) -> Send:
+    """`send` with `headers` added to the answer's own."""
     encoded = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
 
     async def wrapped(message: Message) -> None:

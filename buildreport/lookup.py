@@ -16,11 +16,11 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from buildreport.api import etag_matches, etag_of
-from buildreport.auth import AuthMiddleware, bearer_secret, check_token
+from buildreport.api import CACHING, etag_matches, etag_of
+from buildreport.auth import AuthMiddleware, with_headers
+from buildreport.filters import parse_build_id
 from buildreport.metrics import ROUTE_METRICS
-from buildreport.times import US_PER_SECOND
-from buildreport.tokens import READ_SCOPE, digest
+from buildreport.tokens import READ_SCOPE
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 # The route's path template, as the request metrics name it.
 TEMPLATE = "/builds/{build_id:str}"
-# A build id as the route accepts it: plain decimal, no sign or leading zero; the range is checked below.
-_PATH = re.compile(r"/builds/([1-9][0-9]{0,18})")
-MAX_BUILD_ID = 2**63 - 1
+# The route's path; the id is then read as the route reads it.
+_PATH = re.compile(r"/builds/([^/]+)")
+_CACHING = [(name.lower().encode(), value.encode()) for name, value in CACHING.items()]
 _JSON = (b"content-type", b"application/json")
 
 
@@ -44,11 +44,11 @@ class KeyLookup:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
             match = _PATH.fullmatch(scope["path"])
-            if match is not None and await self._answer(scope, send, int(match[1])):
+            if match is not None and await self._answer(scope, send, match[1]):
                 return
         await self.app(scope, receive, send)
 
-    async def _answer(self, scope: Scope, send: Send, build_id: int) -> bool:
+    async def _answer(self, scope: Scope, send: Send, build_id: str) -> bool:
         """Answer a request that succeeds and return True; return False, having sent and counted nothing, else."""
         started = time.perf_counter()
         status = await self._respond(scope, send, build_id)
@@ -57,35 +57,31 @@ class KeyLookup:
         ROUTE_METRICS.answered("GET", TEMPLATE, status, time.perf_counter() - started)
         return True
 
-    async def _respond(self, scope: Scope, send: Send, build_id: int) -> int | None:
+    async def _respond(self, scope: Scope, send: Send, build_id: str) -> int | None:
         """The status of the answer sent, or None when the request must go on to the router."""
-        if build_id > MAX_BUILD_ID:
-            return None
         auth, reader = self.auth, getattr(self.app.state, "reader", None)
         if reader is None:  # not started yet
             return None
         now = time.time()
-        now_us = int(now * US_PER_SECOND)
         try:
-            row = check_token(await auth.tokens.lookup(reader, digest(bearer_secret(scope["headers"]))), now_us)
-            if READ_SCOPE not in row.scopes:
-                return None
-            body = await reader.build(row.account_id, build_id)
+            number = parse_build_id(build_id)
+            row = await auth.authenticate(reader, scope["headers"], READ_SCOPE, now)
+            body = await reader.build(row.account_id, number)
             if body is None:
                 return None
-            limits = auth.limiter.hit(row.token_id, now) if auth.limiter is not None else {}
+            limits = auth.admit(reader, row, now)
         except Exception:  # a refusal, a database error or anything else: the router answers it in full
             return None
-        auth.touch(reader, row, now_us)
         etag = etag_of(body)
-        headers = [(b"etag", etag.encode()), (b"cache-control", b"private, no-cache"), (b"vary", b"Authorization")]
+        headers = [(b"etag", etag.encode()), *_CACHING]
         given = next((v for k, v in scope["headers"] if k == b"if-none-match"), None)
         if given is not None and etag_matches(given.decode("latin-1"), etag):
             status, content = 304, b""
         else:
             status, content = 200, body
             headers += [_JSON, (b"content-length", str(len(body)).encode())]
-        headers += [(name.lower().encode(), value.encode()) for name, value in limits.items()]
+        if limits:
+            send = with_headers(send, limits)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
         return status

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from litestar.testing import TestClient
 from prometheus_client import REGISTRY
 
+from buildreport.api import api_auth
 from buildreport.app import create_app, create_litestar
 from buildreport.envelope import Envelope
 from buildreport.lookup import TEMPLATE, KeyLookup
@@ -48,7 +49,8 @@ def _pair(env: Env, **overrides: Any) -> tuple[TestClient, TestClient, CountingA
     lookup = served.app
     assert isinstance(lookup, KeyLookup)
     counting = lookup.app = CountingApp(lookup.app)  # type: ignore[assignment]
-    routed_only = Envelope(create_litestar(settings), log_requests=settings.access_log, prefix=settings.path_prefix)
+    routed = create_litestar(settings, api_auth(settings.rate_limit))
+    routed_only = Envelope(routed, log_requests=settings.access_log, prefix=settings.path_prefix)
     base = "http://testserver.local"
     return TestClient(served, base_url=base), TestClient(routed_only, base_url=base), counting
 
