@@ -61,17 +61,59 @@ def etag_matches(header: str | None, etag: str) -> bool:
     return any(tag.strip().removeprefix("W/") == etag for tag in header.split(","))
 
 
+RawHeaders = list[tuple[bytes, bytes]]
+_RAW_CACHING: RawHeaders = [(name.lower().encode(), value.encode()) for name, value in CACHING.items()]
+_JSON_TYPE = (b"content-type", b"application/json")
+
+
+def json_answer(
+    request_headers: RawHeaders, body: bytes, headers: dict[str, str] | None = None, digest_of: bytes | None = None
+) -> tuple[int, RawHeaders, bytes]:
+    """(status, headers, body) of a JSON answer with an ETag (a digest of the body, or of `digest_of` that stands
+    for it): 304 with no body when the request's If-None-Match holds it."""
+    etag = etag_of(body if digest_of is None else digest_of)
+    raw = [(b"etag", etag.encode()), *_RAW_CACHING]
+    if headers:
+        raw += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    # Read straight from the ASGI scope: building a headers object costs more than the whole check.
+    given = next((v for k, v in request_headers if k == b"if-none-match"), None)
+    if given is not None and etag_matches(given.decode("latin-1"), etag):
+        return 304, raw, b""
+    return 200, raw + json_headers(body), body
+
+
+def json_headers(body: bytes) -> RawHeaders:
+    """The type and length of a JSON body."""
+    return [_JSON_TYPE, (b"content-length", b"%d" % len(body))]
+
+
+class Answer(Response[bytes]):
+    """An answer whose status, headers and body are final, sent as they are: Litestar's own response object builds
+    a case-insensitive header map on every answer, which took about a tenth of a routed request's CPU."""
+
+    __slots__ = ("raw_headers",)
+
+    def __init__(self, status: int, raw_headers: RawHeaders, body: bytes) -> None:
+        super().__init__(body, status_code=status)
+        self.raw_headers = raw_headers
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> Answer:  # type: ignore[override]
+        return self
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send_answer(send, self.status_code, self.raw_headers, self.content)
+
+
+async def send_answer(send: Any, status: int, headers: RawHeaders, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def json_response(
     request: Request[Any, Any, Any], body: bytes, headers: dict[str, str] | None = None, digest_of: bytes | None = None
-) -> Response:
-    """A JSON answer with an ETag (a digest of the body, or of `digest_of` that stands for it); 304 when it matches."""
-    etag = etag_of(body if digest_of is None else digest_of)
-    out = {"ETag": etag, **CACHING, **(headers or {})}
-    # Read straight from the ASGI scope: building a headers object costs more than the whole check.
-    given = next((v for k, v in request.scope["headers"] if k == b"if-none-match"), None)
-    if given is not None and etag_matches(given.decode("latin-1"), etag):
-        return Response(content=b"", status_code=304, headers=out)
-    return Response(content=body, media_type="application/json", headers=out)
+) -> Answer:
+    """A JSON answer with an ETag (see json_answer)."""
+    return Answer(*json_answer(request.scope["headers"], body, headers, digest_of))
 
 
 def _principal(request: Request[Any, Any, Any]) -> Principal:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import msgspec
 from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
@@ -18,7 +19,7 @@ from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetail
 
 from buildreport import __version__
 from buildreport.allocator import keep_freed_memory
-from buildreport.api import api_auth, api_router
+from buildreport.api import Answer, RawHeaders, api_auth, api_router, json_headers
 from buildreport.auth import AuthMiddleware
 from buildreport.config import Settings, load_secret_keys
 from buildreport.envelope import Envelope, request_id
@@ -77,10 +78,13 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
         except engine_errors() as exc:
             problem = f"database unavailable: {engine_message(exc)}"
     if problem is not None:
-        return Response(
-            Health(status=problem), status_code=503, headers={"Retry-After": "5", "Cache-Control": "no-store"}
-        )
-    return Response(Health(status="ok"))
+        return _health(503, problem, [(b"retry-after", b"5"), (b"cache-control", b"no-store")])
+    return _health(200, "ok", [])
+
+
+def _health(status: int, said: str, headers: RawHeaders) -> Answer:
+    body = msgspec.json.encode(Health(status=said))
+    return Answer(status, headers + json_headers(body), body)
 
 
 @get("/", include_in_schema=False)

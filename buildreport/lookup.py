@@ -16,7 +16,7 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from buildreport.api import CACHING, etag_matches, etag_of
+from buildreport.api import json_answer, send_answer
 from buildreport.auth import AuthMiddleware, with_headers
 from buildreport.filters import parse_build_id
 from buildreport.metrics import ROUTE_METRICS
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 TEMPLATE = "/builds/{build_id:str}"
 # The route's path; the id is then read as the route reads it.
 _PATH = re.compile(r"/builds/([^/]+)")
-_CACHING = [(name.lower().encode(), value.encode()) for name, value in CACHING.items()]
-_JSON = (b"content-type", b"application/json")
 
 
 class KeyLookup:
@@ -72,16 +70,8 @@ class KeyLookup:
             limits = auth.admit(reader, row, now)
         except Exception:  # a refusal, a database error or anything else: the router answers it in full
             return None
-        etag = etag_of(body)
-        headers = [(b"etag", etag.encode()), *_CACHING]
-        given = next((v for k, v in scope["headers"] if k == b"if-none-match"), None)
-        if given is not None and etag_matches(given.decode("latin-1"), etag):
-            status, content = 304, b""
-        else:
-            status, content = 200, body
-            headers += [_JSON, (b"content-length", str(len(body)).encode())]
+        status, headers, content = json_answer(scope["headers"], body)
         if limits:
             send = with_headers(send, limits)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
+        await send_answer(send, status, headers, content)
         return status

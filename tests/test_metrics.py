@@ -8,8 +8,11 @@ from datetime import timedelta
 import httpx
 import pytest
 from conftest import ENGINES, NOW, Env, auth, new_database, record
+from litestar.testing import TestClient
+from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from buildreport.app import create_app
 from buildreport.metrics import HOUR_US
 from buildreport.store.totals import hour_of
 from buildreport.times import now_us, to_us
@@ -97,6 +100,40 @@ def test_requests_are_counted_by_route_template_and_status(api):
     assert count("/b/{token}", "200") >= 1
     assert link.rsplit("/", 1)[1] not in response.text  # a signed link never becomes a label
     assert any(name == "buildreport_request_duration_seconds_bucket" for name, _ in found)
+
+
+def test_routed_requests_are_counted_timed_and_their_errors_apart(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env.load(RECORDS[:3])
+    read = auth(env.token())
+
+    def value(name: str, status: int) -> float:
+        labels = {"method": "GET", "path": "/usage", "status_code": str(status), "app_name": "buildreport"}
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    names = ("buildreport_requests_total", "buildreport_request_duration_seconds_count",
+             "buildreport_requests_error_total")
+    before = {(name, status): value(name, status) for name in names for status in (200, 500)}
+    served = create_app(env.settings())
+    with TestClient(served, base_url="http://testserver.local") as client:
+        for _ in range(2):
+            assert client.get("/usage", headers=read).status_code == 200
+
+        async def failing(*args: object) -> None:
+            raise RuntimeError("a fault nobody planned for")
+
+        monkeypatch.setattr(served.app.app.state.reader, "usage", failing)
+        assert client.get("/usage", headers=read).status_code == 500
+    grown = {key: value(*key) - seen for key, seen in before.items()}
+    assert grown == {
+        ("buildreport_requests_total", 200): 2, ("buildreport_request_duration_seconds_count", 200): 2,
+        ("buildreport_requests_error_total", 200): 0,
+        ("buildreport_requests_total", 500): 1, ("buildreport_request_duration_seconds_count", 500): 1,
+        ("buildreport_requests_error_total", 500): 1,
+    }
+    # In progress is labelled by route (status 200 while it runs) and is back to nothing once answered.
+    assert value("buildreport_requests_in_progress", 200) == 0
 
 
 def test_account_figures_equal_a_plain_computation(api):

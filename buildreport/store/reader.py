@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -54,6 +55,41 @@ def _abandon(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+class KeptBuilds:
+    """The JSON of builds read lately, by (account id, build id), trusted only while the builds have not changed
+    since they were read: a client following a build asks for it again and again, and a hit costs no query."""
+
+    MAX_BYTES = 4 * 1024 * 1024
+    MAX_BODY = 64 * 1024
+
+    def __init__(self) -> None:
+        self._version: bytes | None = None
+        self._bodies: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, version: bytes | None, key: tuple[int, int]) -> bytes | None:
+        if version is None or version != self._version:
+            return None
+        body = self._bodies.get(key)
+        if body is not None:
+            self._bodies.move_to_end(key)
+        return body
+
+    def put(self, version: bytes | None, key: tuple[int, int], body: bytes) -> None:
+        """Keep `body`, read as of `version` (taken before the query, so a commit in between discards it)."""
+        if version is None or len(body) > self.MAX_BODY:
+            return
+        if version != self._version:
+            self._bodies.clear()
+            self._version, self._bytes = version, 0
+        old = self._bodies.pop(key, None)
+        self._bytes += len(body) - (len(old) if old is not None else 0)
+        self._bodies[key] = body
+        while self._bytes > self.MAX_BYTES:
+            _, dropped = self._bodies.popitem(last=False)
+            self._bytes -= len(dropped)
+
+
 class Reader(abc.ABC):
     """The queries that serve requests, on the connections of one engine."""
 
@@ -61,6 +97,7 @@ class Reader(abc.ABC):
     # The queries that differ between the engines: stats_parts, newest_of_paths, usage_by_system, usage_tags
     # and body_parts.
     engine_stats: Any = stats_queries
+    kept = KeptBuilds()  # replaced per reader by an engine whose builds_version() tells
 
     @abc.abstractmethod
     async def _rows(self, query: queries.Query) -> list[tuple]:
@@ -80,6 +117,11 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     def data_version(self) -> bytes | None:
         """A value that differs after any commit; None when the engine cannot tell it cheaply."""
+
+    def builds_version(self) -> bytes | None:
+        """A value that differs after any commit that may change a build; None when the engine cannot tell it
+        cheaply (then no build is kept)."""
+        return None
 
     @abc.abstractmethod
     def file_problem(self) -> str | None:
@@ -116,8 +158,15 @@ class Reader(abc.ABC):
         return BuildPage(body=array, digest=hashes.encode(), next_cursor=next_cursor)
 
     async def build(self, account_id: int, build_id: int) -> bytes | None:
-        rows = await self._key(queries.get_build(account_id, build_id))
-        return rows[0][0] if rows else None
+        version, key = self.builds_version(), (account_id, build_id)
+        body = self.kept.get(version, key)
+        if body is None:
+            rows = await self._key(queries.get_build(account_id, build_id))
+            if not rows:
+                return None
+            body = rows[0][0]
+            self.kept.put(version, key, body)
+        return body
 
     async def summary(self, account_id: int, build_filter: BuildFilter, now_us: int) -> BuildSummary:
         promoted = False

@@ -16,7 +16,7 @@ import aiosqlite
 
 from buildreport.store import queries
 from buildreport.store.dialect import SQLITE
-from buildreport.store.reader import Reader
+from buildreport.store.reader import KeptBuilds, Reader
 from buildreport.store.sqlite.schema import CONNECTION_PRAGMAS, attach_auth, auth_path, connect_existing, rw_uri
 
 log = logging.getLogger("buildreport.store")
@@ -74,6 +74,7 @@ class SqliteReader(Reader):
         self._identities = {self._path: _identity(self._path), self._auth_path: _identity(self._auth_path)}
         self._writer: aiosqlite.Connection | None = None
         self._shm: dict[str, mmap.mmap] = {}
+        self.kept = KeptBuilds()
         self._pending: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -104,24 +105,29 @@ class SqliteReader(Reader):
         """A value that differs after any commit to the database or its tokens file; None when it cannot be told.
 
         Reading a few bytes of the WAL index costs far less than a query, so data derived from the
-        database (the token cache) can be checked on every request and still see a revocation at once.
-        They are read through a memory map, without a system call: SQLite only shortens a -shm file that no
-        other connection has open, and this reader's own connections keep both open until it closes.
+        database (the token cache, kept builds) can be checked on every request and still see a change at once.
         """
-        headers = []
-        for path in (self._path, self._auth_path):
-            view = self._shm.get(path)
-            if view is None:
+        builds, tokens = self._wal_header(self._path), self._wal_header(self._auth_path)
+        return None if builds is None or tokens is None else builds + tokens
+
+    def builds_version(self) -> bytes | None:
+        return self._wal_header(self._path)
+
+    def _wal_header(self, path: str) -> bytes | None:
+        """The WAL index header of `path`, read through a memory map, without a system call: SQLite only shortens
+        a -shm file that no other connection has open, and this reader's own connections keep both open until it
+        closes."""
+        view = self._shm.get(path)
+        if view is None:
+            try:
+                fd = os.open(path + "-shm", os.O_RDONLY)
                 try:
-                    fd = os.open(path + "-shm", os.O_RDONLY)
-                    try:
-                        view = self._shm[path] = mmap.mmap(fd, _WAL_INDEX_HEADER, prot=mmap.PROT_READ)
-                    finally:
-                        os.close(fd)
-                except (OSError, ValueError):
-                    return None
-            headers.append(view[:_WAL_INDEX_HEADER])
-        return b"".join(headers)
+                    view = self._shm[path] = mmap.mmap(fd, _WAL_INDEX_HEADER, prot=mmap.PROT_READ)
+                finally:
+                    os.close(fd)
+            except (OSError, ValueError):
+                return None
+        return view[:_WAL_INDEX_HEADER]
 
     def file_problem(self) -> str | None:
         """What is wrong with the files this process reads, when one was deleted or replaced since it opened it."""
