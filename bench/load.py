@@ -19,6 +19,9 @@ from pathlib import Path
 MAX_PYTHON_REQUESTS = 2_000_000  # the fallback client's bound on requests per run
 
 
+# Seconds each endpoint is asked for, unrecorded, before its measured runs.
+WARM_UP_SECONDS = 1
+
 def wrk_path() -> str | None:
     return shutil.which("wrk")
 

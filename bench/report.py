@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from load import WARM_UP_SECONDS
+
 MILLION = 1_000_000
 TARGETS = {
     "builds_rps_c32": 600.0,
@@ -558,7 +560,9 @@ def _http_table(out: dict[str, Any]) -> list[str]:
     lines += _table(["endpoint", "answer", "1 conn req/s", "p50 ms", "p99 ms", "32 conn req/s", "p50 ms",
                      "p99 ms", "floor p50 ms", "HTTP/floor"], rows)
     lines += ["1 connection: `wrk -t1 -c1`; 32 connections: `wrk -t2 -c32`; latencies as wrk measures them "
-              "(request written to response read). `/builds/{id}` and `/builds/{id}/url` rotate over "
+              f"(request written to response read). Each endpoint is first asked for {WARM_UP_SECONDS} s at one "
+              "connection, not recorded, as the floor's warm-up runs are. `/builds/{id}` and `/builds/{id}/url` "
+              "rotate over "
               f"{dig(out, 'data', 'rotated_ids')} real ids of the account, the build page over "
               f"{dig(out, 'data', 'page_links')} signed links (ttl 3600 s) of builds "
               + ("with a log" if dig(out, 'data', 'page_builds_with_logs') else "(none has a log)")

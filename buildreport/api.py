@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 from dataclasses import dataclass
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode
 
 import msgspec
 from litestar import Request, Response, Router, get, post
@@ -15,9 +14,8 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, Operation, Schema
 from litestar.params import PathParameter, QueryParameter
 
-from buildreport import filters, ingestion, metrics
+from buildreport import answers, filters, ingestion, metrics
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
-from buildreport.errors import NotFound
 from buildreport.models import (
     Build,
     BuildRecord,
@@ -29,10 +27,9 @@ from buildreport.models import (
     Usage,
     WriteResult,
 )
-from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
 from buildreport.store.writes import WriteConflicts, Writes
-from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
+from buildreport.times import now_us
 from buildreport.tokens import READ_SCOPE, WRITE_SCOPE
 
 _ENCODE = msgspec.json.encode
@@ -40,8 +37,13 @@ Pairs = list[tuple[str, str]]
 
 
 def query_pairs(request: Request[Any, Any, Any]) -> Pairs:
-    """Query parameters in order, blank values kept, so `limit=` is an error rather than the default."""
-    return parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True, errors="replace")
+    return answers.pairs_of(request.scope["query_string"])
+
+
+def ask_of(request: Request[Any, Any, Any], build_id: str = "") -> answers.Ask:
+    """What a read answer needs, from a request that passed the token check."""
+    return answers.Ask(query_pairs(request), _principal(request).account_id, _reader(request), request.app.state,
+                       build_id)
 
 
 # Every JSON answer is the token's own: caches keep it per token and ask again before reusing it.
@@ -237,23 +239,7 @@ async def list_builds(
         ),
     ] = None,
 ) -> Response[bytes]:
-    pairs = query_pairs(request)
-    query = filters.parse_list_query(pairs, now_us())
-    page = await _reader(request).list_builds(_principal(request).account_id, query)
-    headers = {}
-    if page.next_cursor is not None:
-        headers["Link"] = f'<{_next_url(request, pairs, query, page.next_cursor)}>; rel="next"'
-    # The stored digests of the builds stand for the body, so a 500-build page is not hashed on every request.
-    digest_of = page.digest + headers.get("Link", "").encode()
-    return json_response(request, page.body, headers, digest_of)
-
-
-def _next_url(request: Request[Any, Any, Any], pairs: Pairs, query: filters.ListQuery, cursor: filters.Cursor) -> str:
-    """The same request from the next page on, with the time window fixed so pages do not drift."""
-    kept = [(k, v) for k, v in pairs if k not in ("cursor", "create_time_from")]
-    kept.append(("create_time_from", format_us(query.filter.create_from_us)))
-    kept.append(("cursor", cursor.encode()))
-    return f"{request.app.state.settings.base_url}/builds?{urlencode(kept)}"
+    return json_response(request, *await answers.build_list(ask_of(request)))
 
 
 @get(
@@ -269,10 +255,7 @@ async def summarize_builds(
     create_time_to: ToParam = None,
     status: StatusParam = None,
 ) -> Response[bytes]:
-    now = now_us()
-    build_filter = filters.parse_summary_query(query_pairs(request), now)
-    summary = await _reader(request).summary(_principal(request).account_id, build_filter, now)
-    return json_response(request, _ENCODE(summary))
+    return json_response(request, *await answers.summary(ask_of(request)))
 
 
 BuildIdParam = Annotated[
@@ -283,14 +266,6 @@ BuildIdParam = Annotated[
 ]
 
 
-async def _require_build(request: Request[Any, Any, Any], build_id: str) -> tuple[int, bytes]:
-    number = filters.parse_build_id(build_id)
-    body = await _reader(request).build(_principal(request).account_id, number)
-    if body is None:
-        raise NotFound(f"No build {number} in this account")
-    return number, body
-
-
 @get(
     "/builds/{build_id:str}",
     operation_id="getBuild",
@@ -298,9 +273,7 @@ async def _require_build(request: Request[Any, Any, Any], build_id: str) -> tupl
     responses={200: _ok(Build, "The build."), **_errors(400, 401, 403, 404, 429)},
 )
 async def get_build(request: Request[Any, Any, Any], build_id: BuildIdParam) -> Response[bytes]:
-    filters.parse_no_params(query_pairs(request))
-    _, body = await _require_build(request, build_id)
-    return json_response(request, body)
+    return json_response(request, *await answers.one_build(ask_of(request, build_id)))
 
 
 @get(
@@ -319,14 +292,7 @@ async def get_build_url(
         ),
     ] = None,
 ) -> Response[bytes]:
-    ttl = filters.parse_ttl(query_pairs(request))
-    number, _ = await _require_build(request, build_id)
-    # Whole seconds, rounded up: the link lives at least `ttl` seconds and `expires_at` is exact.
-    expires_us = -(-(now_us() + ttl * US_PER_SECOND) // US_PER_SECOND) * US_PER_SECOND
-    signer: LinkSigner = request.app.state.signer
-    claims = LinkClaims(_principal(request).account_id, number, expires_us)
-    url = signer.link_url(request.app.state.settings.base_url, claims)
-    return json_response(request, _ENCODE(BuildURL(build_id=number, url=url, expires_at=from_us(expires_us))))
+    return json_response(request, *await answers.build_url(ask_of(request, build_id)))
 
 
 @get(
@@ -352,9 +318,7 @@ async def get_usage(
         ),
     ] = None,
 ) -> Response[bytes]:
-    query = filters.parse_usage_query(query_pairs(request), now_us())
-    usage = await _reader(request).usage(_principal(request).account_id, query)
-    return json_response(request, _ENCODE(usage))
+    return json_response(request, *await answers.usage(ask_of(request)))
 
 
 def _documented_body(data: list[BuildRecord]) -> None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import msgspec
 from litestar import Request, Response, get
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
-from buildreport import export, filters, stats
+from buildreport import answers, export, filters
 from buildreport.api import (
     _DATE,
     _NON_EMPTY,
@@ -26,13 +25,13 @@ from buildreport.api import (
     _ok,
     _principal,
     _reader,
+    ask_of,
     json_response,
     query_pairs,
 )
 from buildreport.models import BuildStatsGroup, UsageBreakdownGroup
 from buildreport.times import now_us
 
-_ENCODE = msgspec.json.encode
 
 def _grouping(*names: str) -> dict[str, Any]:
     """The documented schema of `group_by`: one of `names`, or `tag:` and a key."""
@@ -74,9 +73,7 @@ async def build_stats(
         ),
     ] = None,
 ) -> Response[bytes]:
-    query = filters.parse_stats_query(query_pairs(request), now_us())
-    rows = await _reader(request).stats_rows(_principal(request).account_id, query.filter, query.group_by)
-    return json_response(request, _ENCODE(stats.build_stats(rows, query)))
+    return json_response(request, *await answers.build_stats(ask_of(request)))
 
 
 @get(
@@ -104,9 +101,7 @@ async def usage_breakdown(
         QueryParameter(description="`day` (default), `system` or `tag:KEY`.", schema_extra=_grouping("day", "system")),
     ] = None,
 ) -> Response[bytes]:
-    query = filters.parse_breakdown_query(query_pairs(request), now_us())
-    rows = await _reader(request).usage_rows(_principal(request).account_id, query.usage, query.group_by)
-    return json_response(request, _ENCODE(stats.usage_breakdown(rows, query.group_by)))
+    return json_response(request, *await answers.usage_breakdown(ask_of(request)))
 
 
 _EXPORT_RESPONSE = ResponseSpec(

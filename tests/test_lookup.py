@@ -1,4 +1,4 @@
-"""GET /builds/{id} answered before routing: the same answers as the router's, and only when it succeeds."""
+"""Read requests answered before routing: the same answers as the router's, and only when they succeed."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 from litestar.testing import TestClient
 from prometheus_client import REGISTRY
 
+from buildreport import answers as answers_module
 from buildreport.api import api_auth
 from buildreport.app import create_app, create_litestar
 from buildreport.envelope import Envelope
-from buildreport.lookup import TEMPLATE, KeyLookup
+from buildreport.lookup import KeyLookup
 from buildreport.store import open_auth
 
 # Headers that differ between any two answers, or between two within a second (the seconds left of the rate
@@ -61,9 +62,30 @@ def _answer(response: Any) -> tuple[int, bytes, list[tuple[str, str]]]:
 
 
 @pytest.fixture
-def filled(env: Env) -> Env:
+def filled(env: Env, monkeypatch: pytest.MonkeyPatch) -> Env:
     env.load([record(1), record(2, tags={"project": "web"}), record(3, account="globex")])
+    # One clock for both apps: default windows and link expiries are then the same in both answers.
+    frozen = answers_module.now_us()
+    monkeypatch.setattr(answers_module, "now_us", lambda: frozen)
     return env
+
+
+# Queries of every route answered before routing: good ones, and ones the router refuses.
+QUERIES = {
+    "/builds": ["", "?limit=1", "?limit=2&tags=project:web", "?create_time_from=2000-01-01&limit=1",
+                "?status=built,timeout", "?derivation_path=/nix/store/x.drv", "?limit=0", "?limit=1&limit=2",
+                "?tags=broken", "?cursor=zz", "?unknown=1", "?create_time_from=2000-13-01", "?&&", "?limit=%ff"],
+    "/builds/summary": ["", "?tags=project:web", "?tags=project:web&tags=a:b", "?status=built",
+                        "?create_time_from=2000-01-01", "?create_time_to=2000-01-01&create_time_from=2001-01-01",
+                        "?group_by=day", "?tags=a:%ff"],
+    "/builds/stats": ["", "?group_by=tag:project", "?group_by=status&limit=1", "?group_by=nothing", "?limit=0"],
+    "/usage": ["", "?from=2000-01-01", "?from=2000-01-01&to=2100-01-01", "?from=2100-01-01&to=2000-01-01",
+               "?from=x", "?from=2000-01-01&from=2000-01-02", "?from"],
+    "/usage/breakdown": ["", "?group_by=system", "?group_by=tag:project&from=2000-01-01", "?group_by=hour"],
+    "/builds/1/url": ["", "?ttl_seconds=60", "?ttl_seconds=0", "?ttl_seconds=604801", "?limit=1"],
+    "/builds/4/url": [""],
+    "/builds/3/url": [""],
+}
 
 
 def _cases(env: Env) -> list[tuple[str, str, dict[str, str], bool]]:
@@ -109,6 +131,31 @@ def test_every_answer_is_the_routers(filled: Env) -> None:
             assert counting.http_calls == before + (0 if fast else 1), (method, path, headers)
 
 
+def test_every_query_of_every_read_route_gets_the_routers_answer(filled: Env) -> None:
+    read = auth(filled.token())
+    served, routed, counting = _pair(filled)
+    with served, routed:
+        for path, queries in QUERIES.items():
+            for query in queries:
+                before = counting.http_calls
+                expected = routed.get(path + query, headers=read)
+                got = served.get(path + query, headers=read)
+                assert _answer(got) == _answer(expected), path + query
+                # Only a success is answered before routing; anything else is the router's to answer.
+                assert counting.http_calls == before + (expected.status_code != 200), path + query
+        assert served.get("/builds?limit=1", headers=read).headers["link"]  # a page with a next one
+
+
+def test_read_routes_without_a_read_token_go_to_the_router(filled: Env) -> None:
+    served, routed, counting = _pair(filled)
+    writer = auth(filled.token(scopes=("build:write",)))
+    with served, routed:
+        for path in QUERIES:
+            for headers in ({}, writer):
+                assert _answer(served.get(path, headers=headers)) == _answer(routed.get(path, headers=headers))
+    assert counting.http_calls == 2 * len(QUERIES)
+
+
 def test_conditional_answers_are_the_routers(filled: Env) -> None:
     read = auth(filled.token())
     served, routed, counting = _pair(filled)
@@ -133,6 +180,40 @@ def test_any_path_segment_gets_the_routers_answer(filled: Env) -> None:
     def same_answer(segment: str) -> None:
         path = "/builds/" + quote(segment, safe="")
         assert _answer(served.get(path, headers=read)) == _answer(routed.get(path, headers=read))
+
+    with served, routed:
+        same_answer()
+
+
+_NAMES = ["limit", "tags", "status", "create_time_from", "create_time_to", "derivation_path", "cursor", "from",
+          "to", "group_by", "ttl_seconds", "x", ""]
+_VALUES = st.one_of(
+    st.sampled_from(["1", "0", "500", "2000-01-01", "2026-11-01T00:00:00Z", "project:web", "built", "day",
+                     "system", "tag:project", "/nix/store/x.drv", ""]),
+    st.text(max_size=10),
+)
+
+
+_RAW_SAFE = "%&=+,:;/?!$'()*@[]~"
+
+
+@pytest.mark.sqlite_only
+def test_any_query_gets_the_routers_answer(filled: Env) -> None:
+    read = auth(filled.token())
+    served, routed, _ = _pair(filled)
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        path=st.sampled_from(sorted(QUERIES)),
+        pairs=st.lists(st.tuples(st.sampled_from(_NAMES), _VALUES), max_size=4),
+        raw=st.booleans(),
+    )
+    def same_answer(path: str, pairs: list[tuple[str, str]], raw: bool) -> None:
+        # Encoded as a client would, or with percent signs, separators and the like left raw after the `?`.
+        safe = _RAW_SAFE if raw else ""
+        query = "&".join(f"{quote(k, safe=safe)}={quote(v, safe=safe)}" for k, v in pairs)
+        target = f"{path}?{query}" if pairs else path
+        assert _answer(served.get(target, headers=read)) == _answer(routed.get(target, headers=read)), target
 
     with served, routed:
         same_answer()
@@ -170,23 +251,29 @@ def test_a_revoked_token_is_refused_at_once(filled: Env) -> None:
 
 def test_answers_are_counted_as_the_routes_requests(filled: Env) -> None:
     read = auth(filled.token())
-    labels = {"method": "GET", "path": TEMPLATE, "status_code": "200", "app_name": "buildreport"}
 
-    def count() -> float:
-        return REGISTRY.get_sample_value("buildreport_requests_total", labels) or 0.0
+    def labels(path: str, status: int) -> dict[str, str]:
+        return {"method": "GET", "path": path, "status_code": str(status), "app_name": "buildreport"}
 
-    def timed() -> float:
-        return REGISTRY.get_sample_value("buildreport_request_duration_seconds_count", labels) or 0.0
+    def count(path: str, status: int) -> float:
+        return REGISTRY.get_sample_value("buildreport_requests_total", labels(path, status)) or 0.0
 
+    def timed(path: str, status: int) -> float:
+        return REGISTRY.get_sample_value("buildreport_request_duration_seconds_count", labels(path, status)) or 0.0
+
+    # The router's own labels: a missing build (404) and a bad query (400) are routed.
+    cases = [("/builds/{build_id}", "/builds/1", "/builds/4"), ("/usage", "/usage", "/usage?from=x"),
+             ("/builds/{build_id}/url", "/builds/1/url", "/builds/1/url?ttl_seconds=0")]
     served, _, counting = _pair(filled)
     with served:
-        before, before_timed = count(), timed()
-        for _ in range(3):
-            assert served.get("/builds/1", headers=read).status_code == 200
-        assert served.get("/builds/4", headers=read).status_code == 404
-    assert counting.http_calls == 1
-    assert count() == before + 3
-    assert timed() == before_timed + 3
+        for template, good, bad in cases:
+            before = [count(template, 200), timed(template, 200), count(template, 404) + count(template, 400)]
+            for _ in range(3):
+                assert served.get(good, headers=read).status_code == 200
+            assert served.get(bad, headers=read).status_code in (400, 404)
+            after = [count(template, 200), timed(template, 200), count(template, 404) + count(template, 400)]
+            assert [a - b for a, b in zip(after, before, strict=True)] == [3, 3, 1], template
+    assert counting.http_calls == len(cases)
 
 
 @pytest.mark.sqlite_only
