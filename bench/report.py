@@ -487,7 +487,8 @@ def markdown(out: dict[str, Any]) -> str:
     fl = out.get("floor") or {}
     if not fl:
         lines += ["Not measured.", ""]
-    lines += [f"Event loop: {fl.get('loop')}; per endpoint {fl.get('warmup')} warm-up runs, then at most "
+    lines += [f"Measured in the benchmark's process just before the endpoint's HTTP runs, with the server idle. "
+              f"Event loop: {fl.get('loop')}; per endpoint {fl.get('warmup')} warm-up runs, then at most "
               f"{fl.get('iterations_max')} runs or {fl.get('budget_s')} s; p50 of those. For the JSON endpoints: "
               "parsing the query pairs (`filters.parse_*`), the `Reader` call and encoding the body bytes, as "
               "the handler does, without routing, authentication, ETag, headers, uvicorn or the socket. For the "

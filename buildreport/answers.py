@@ -14,13 +14,21 @@ import msgspec
 
 from buildreport import filters, stats
 from buildreport.errors import NotFound
-from buildreport.models import BuildURL
+from buildreport.models import BuildURL, Health
 from buildreport.signing import LinkClaims
+from buildreport.store import engine_errors, engine_message
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
 
 _ENCODE = msgspec.json.encode
 Pairs = list[tuple[str, str]]
+RawHeaders = list[tuple[bytes, bytes]]
+_JSON_TYPE = (b"content-type", b"application/json")
+
+
+def json_headers(body: bytes) -> RawHeaders:
+    """The type and length of a JSON body."""
+    return [_JSON_TYPE, (b"content-length", b"%d" % len(body))]
 
 
 def pairs_of(query_string: bytes) -> Pairs:
@@ -109,3 +117,19 @@ async def usage_breakdown(ask: Ask) -> Json:
     query = filters.parse_breakdown_query(ask.pairs, now_us())
     rows = await ask.reader.usage_rows(ask.account_id, query.usage, query.group_by)
     return Json(_ENCODE(stats.usage_breakdown(rows, query.group_by)))
+
+
+async def health(reader: Reader) -> tuple[int, RawHeaders, bytes]:
+    """(status, headers, body) of /healthz: 200 when the files read are the ones opened and the database
+    answers, else 503 saying why."""
+    problem = reader.file_problem()
+    if problem is None:
+        try:
+            await reader.ping()
+        except engine_errors() as exc:
+            problem = f"database unavailable: {engine_message(exc)}"
+    if problem is None:
+        body = _ENCODE(Health(status="ok"))
+        return 200, json_headers(body), body
+    body = _ENCODE(Health(status=problem))
+    return 503, [(b"retry-after", b"5"), (b"cache-control", b"no-store"), *json_headers(body)], body

@@ -15,6 +15,7 @@ from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, 
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import answers, filters, ingestion, metrics
+from buildreport.answers import RawHeaders, json_headers
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.models import (
     Build,
@@ -63,9 +64,7 @@ def etag_matches(header: str | None, etag: str) -> bool:
     return any(tag.strip().removeprefix("W/") == etag for tag in header.split(","))
 
 
-RawHeaders = list[tuple[bytes, bytes]]
 _RAW_CACHING: RawHeaders = [(name.lower().encode(), value.encode()) for name, value in CACHING.items()]
-_JSON_TYPE = (b"content-type", b"application/json")
 
 
 def json_answer(
@@ -82,11 +81,6 @@ def json_answer(
     if given is not None and etag_matches(given.decode("latin-1"), etag):
         return 304, raw, b""
     return 200, raw + json_headers(body), body
-
-
-def json_headers(body: bytes) -> RawHeaders:
-    """The type and length of a JSON body."""
-    return [_JSON_TYPE, (b"content-length", b"%d" % len(body))]
 
 
 class Answer(Response[bytes]):

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import msgspec
 from litestar import Litestar, Request, Response, get
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
@@ -17,9 +16,9 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsException, ProblemDetailsPlugin
 
-from buildreport import __version__
+from buildreport import __version__, answers
 from buildreport.allocator import keep_freed_memory
-from buildreport.api import Answer, RawHeaders, api_auth, api_router, json_headers
+from buildreport.api import Answer, api_auth, api_router
 from buildreport.auth import AuthMiddleware
 from buildreport.config import Settings, load_secret_keys
 from buildreport.envelope import Envelope, request_id
@@ -27,7 +26,7 @@ from buildreport.errors import Problem
 from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
 from buildreport.signing import DashboardSigner, LinkSigner
-from buildreport.store import Reader, engine_errors, engine_message, open_database, open_reader
+from buildreport.store import engine_errors, open_database, open_reader
 from buildreport.store.writes import Writes
 
 log = logging.getLogger("buildreport")
@@ -70,21 +69,7 @@ def _internal_problem(request: Request[Any, Any, Any], exc: Exception) -> Respon
     responses={503: ResponseSpec(Health, description="The database does not answer.", generate_examples=False)},
 )
 async def healthz(request: Request[Any, Any, Any]) -> Response[Health]:
-    reader: Reader = request.app.state.reader
-    problem = reader.file_problem()
-    if problem is None:
-        try:
-            await reader.ping()
-        except engine_errors() as exc:
-            problem = f"database unavailable: {engine_message(exc)}"
-    if problem is not None:
-        return _health(503, problem, [(b"retry-after", b"5"), (b"cache-control", b"no-store")])
-    return _health(200, "ok", [])
-
-
-def _health(status: int, said: str, headers: RawHeaders) -> Answer:
-    body = msgspec.json.encode(Health(status=said))
-    return Answer(status, headers + json_headers(body), body)
+    return Answer(*await answers.health(request.app.state.reader))
 
 
 @get("/", include_in_schema=False)
@@ -179,10 +164,10 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
 
 
 def create_app(settings: Settings) -> Envelope:
-    from buildreport.lookup import KeyLookup
+    from buildreport.lookup import ReadAnswers
 
     auth = api_auth(settings.rate_limit)  # one token check, cache and rate limit for the lookup and the routes
-    app = KeyLookup(create_litestar(settings, auth), auth)
+    app = ReadAnswers(create_litestar(settings, auth), auth)
     return Envelope(app, log_requests=settings.access_log, prefix=settings.path_prefix)
 
 

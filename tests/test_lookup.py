@@ -18,7 +18,7 @@ from buildreport import answers as answers_module
 from buildreport.api import api_auth
 from buildreport.app import create_app, create_litestar
 from buildreport.envelope import Envelope
-from buildreport.lookup import KeyLookup
+from buildreport.lookup import ReadAnswers
 from buildreport.store import open_auth
 
 # Headers that differ between any two answers, or between two within a second (the seconds left of the rate
@@ -27,7 +27,7 @@ _PER_ANSWER = {"x-request-id", "date", "ratelimit-reset"}
 
 
 class CountingApp:
-    """The Litestar app behind KeyLookup, counting the HTTP requests that reach it."""
+    """The Litestar app behind ReadAnswers, counting the HTTP requests that reach it."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -48,7 +48,7 @@ def _pair(env: Env, **overrides: Any) -> tuple[TestClient, TestClient, CountingA
     settings = env.settings(**overrides)
     served = create_app(settings)
     lookup = served.app
-    assert isinstance(lookup, KeyLookup)
+    assert isinstance(lookup, ReadAnswers)
     counting = lookup.app = CountingApp(lookup.app)  # type: ignore[assignment]
     routed = create_litestar(settings, api_auth(settings.rate_limit))
     routed_only = Envelope(routed, log_requests=settings.access_log, prefix=settings.path_prefix)
@@ -144,6 +144,21 @@ def test_every_query_of_every_read_route_gets_the_routers_answer(filled: Env) ->
                 # Only a success is answered before routing; anything else is the router's to answer.
                 assert counting.http_calls == before + (expected.status_code != 200), path + query
         assert served.get("/builds?limit=1", headers=read).headers["link"]  # a page with a next one
+
+
+def test_health_is_answered_before_routing_as_its_route_answers_it(
+    filled: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served, routed, counting = _pair(filled)
+    with served, routed:
+        for path in ("/healthz", "/healthz?verbose=1"):
+            got = served.get(path)
+            assert got.status_code == 200 and _answer(got) == _answer(routed.get(path))
+        monkeypatch.setattr(type(counting.state.reader), "file_problem", lambda self: "the file was replaced")
+        got = served.get("/healthz")
+        assert got.status_code == 503 and got.json() == {"status": "the file was replaced"}
+        assert _answer(got) == _answer(routed.get("/healthz"))
+    assert counting.http_calls == 0
 
 
 def test_read_routes_without_a_read_token_go_to_the_router(filled: Env) -> None:

@@ -1,0 +1,76 @@
+"""The read answers apart from any framework: the query as written, the headers and digests they return."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from conftest import Env, record
+
+from buildreport import answers
+from buildreport.errors import InvalidParams, NotFound
+from buildreport.store import open_reader
+
+
+def test_pairs_keep_their_order_blanks_and_repeats() -> None:
+    assert answers.pairs_of(b"limit=&tags=a:b&tags=c:d&x") == [("limit", ""), ("tags", "a:b"), ("tags", "c:d"),
+                                                             ("x", "")]
+    assert answers.pairs_of(b"from=%ff&to=a%2Bb+c") == [("from", "\ufffd"), ("to", "a+b c")]
+    assert answers.pairs_of(b"") == []
+
+
+def _ask(env: Env, steps: Any) -> Any:
+    async def run() -> Any:
+        reader = await open_reader(env.db)
+        state = SimpleNamespace(settings=SimpleNamespace(base_url="https://reports.example"))
+        try:
+            return await steps(lambda query, build_id="": answers.Ask(answers.pairs_of(query), 1, reader, state,
+                                                                      build_id))
+        finally:
+            await reader.close()
+
+    return asyncio.run(run())
+
+
+def test_a_full_page_links_the_next_and_its_digest_covers_the_link(env: Env) -> None:
+    env.load([record(i) for i in range(1, 4)])
+
+    async def steps(ask: Any) -> tuple[answers.Json, answers.Json]:
+        return await answers.build_list(ask(b"limit=2&create_time_from=2000-01-01")), await answers.build_list(
+            ask(b"limit=3&create_time_from=2000-01-01"))
+
+    paged, whole = _ask(env, steps)
+    assert [b["build_id"] for b in json.loads(paged.body)] == [3, 2]
+    link = paged.headers["Link"]
+    assert link.startswith("<https://reports.example/builds?limit=2&create_time_from=") and 'rel="next"' in link
+    assert paged.digest_of.endswith(link.encode())
+    assert len(json.loads(whole.body)) == 3 and whole.headers == {} and whole.digest_of
+
+
+def test_a_build_is_its_stored_json_and_a_missing_one_is_not_found(env: Env) -> None:
+    env.load([record(1), record(2, account="globex")])
+
+    async def steps(ask: Any) -> list[Any]:
+        found = await answers.one_build(ask(b"", "1"))
+        outcomes: list[Any] = [json.loads(found.body)["build_id"], found.headers, found.digest_of]
+        for query, build_id in ((b"", "2"), (b"x=1", "1"), (b"", "01")):
+            try:
+                await answers.one_build(ask(query, build_id))
+            except (NotFound, InvalidParams) as exc:
+                outcomes.append(type(exc))
+        return outcomes
+
+    assert _ask(env, steps) == [1, None, None, NotFound, InvalidParams, InvalidParams]
+
+
+@pytest.mark.sqlite_only
+def test_usage_is_encoded_from_the_reader(env: Env) -> None:
+    env.load([record(1, cpu_seconds=9)])
+
+    async def steps(ask: Any) -> answers.Json:
+        return await answers.usage(ask(b"from=2000-01-01"))
+
+    assert json.loads(_ask(env, steps).body) == {"billable_cpu_seconds": 9, "billable_build_count": 1}
