@@ -15,7 +15,7 @@ from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, 
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import answers, filters, ingestion, metrics
-from buildreport.answers import RawHeaders, json_headers
+from buildreport.answers import Pairs, RawHeaders, json_headers
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.models import (
     Build,
@@ -34,9 +34,6 @@ from buildreport.times import now_us
 from buildreport.tokens import READ_SCOPE, WRITE_SCOPE
 
 _ENCODE = msgspec.json.encode
-Pairs = list[tuple[str, str]]
-
-
 def query_pairs(request: Request[Any, Any, Any]) -> Pairs:
     return answers.pairs_of(request.scope["query_string"])
 
