@@ -27,6 +27,7 @@ import re
 import shlex
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -63,6 +64,8 @@ LOG_SHARE = 0.05
 ROTATE_IDS = 1000
 PAGE_LINKS = 100
 LOADS = ((1, 1), (32, 2))  # (connections, wrk threads)
+# /builds/{id} and the bare app are loaded in turns this many times each, side by side (see paired_with_bare).
+PAIRED_ROUNDS = 3
 MILLION = 1_000_000
 ENGINES = {"both": ("sqlite", "postgresql"), "sqlite": ("sqlite",), "postgresql": ("postgresql",)}
 
@@ -638,6 +641,8 @@ class Bench:
                     entry[f"c{connections}"] = self.load(server, ep, connections, threads, engine,
                                                          alone=entry.get("c1"))
                     self.settle(server)
+                if ep["key"] == "build_by_id":
+                    entry["paired_bare"] = self.paired_with_bare(server, ep, engine)
             try:
                 exported = self.export(server)
             except Exception as exc:
@@ -714,6 +719,30 @@ class Bench:
             server.stop()
         self.out["bare"] = result
         self.phase("bare", started)
+
+    def paired_with_bare(self, server: Server, ep: dict[str, Any], engine: Engine) -> dict[str, Any] | None:
+        """The bare app and `ep` at 32 connections in turns, PAIRED_ROUNDS times each, both servers up: each
+        ratio compares two runs seconds apart, on the same state of this shared machine, which a ratio of runs
+        minutes apart does not. The median of the ratios is the figure."""
+        bare = Server(self.cli, self.db, 1, RUN_DIR / "bare-paired.log")
+        bare.command = [sys.executable, str(BENCH / "bare.py"), str(bare.port)]
+        bare_ep = {"key": "bare-paired", "kind": "bare", "paths": ["/build"]}
+        rounds = []
+        try:
+            bare.start()
+            for _ in range(PAIRED_ROUNDS):
+                theirs = self.load_plain(bare.base, bare_ep, 32, 2)
+                ours = self.load(server, ep, 32, 2, engine)
+                self.settle(server)
+                if theirs is None or ours is None or not theirs["rps"]:
+                    return None
+                rounds.append({"bare_rps": theirs["rps"], "rps": ours["rps"], "ratio": ours["rps"] / theirs["rps"]})
+        except Exception as exc:
+            self.fail(f"{engine.name}: paired with the bare app: {exc}")
+            return None
+        finally:
+            bare.stop()
+        return {"rounds": rounds, "ratio": statistics.median(r["ratio"] for r in rounds)}
 
     # --- Datasette, side by side ---------------------------------------------------------------
 
