@@ -86,6 +86,11 @@ class RateLimiter:
         self._windows[key] = (start, used + 1)
         return self._headers(self.per_minute - used - 1, reset)
 
+    def spent(self, key: str, now: float) -> bool:
+        """Whether the window is used up: the next request would be refused, and is not counted here."""
+        start, used = self._windows.get(key, (None, 0))
+        return start == int(now // 60) and used >= self.per_minute
+
     def _headers(self, remaining: int, reset: int) -> dict[str, str]:
         return {
             "RateLimit-Limit": str(self.per_minute),
@@ -152,6 +157,10 @@ class AuthMiddleware(ASGIMiddleware):
         extra = self.limiter.hit(row.token_id, now) if self.limiter is not None else {}
         self.touch(reader, row, int(now * US_PER_SECOND))
         return extra
+
+    def spent(self, row: TokenRow, now: float) -> bool:
+        """Whether the token has used up its rate limit: `admit` would refuse it."""
+        return self.limiter is not None and self.limiter.spent(row.token_id, now)
 
     def touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
         """Note the token's last use, at most once a minute."""

@@ -249,6 +249,24 @@ def test_rate_limit_counts_each_request_once(filled: Env) -> None:
     assert counting.http_calls == 3
 
 
+def test_a_token_past_its_rate_limit_costs_no_query(filled: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = auth(filled.token())
+    served, _, counting = _pair(filled, rate_limit=2)
+    with served:
+        usage = counting.state.reader.usage
+        asked: list[int] = []
+
+        async def counted(account_id: int, query: Any) -> Any:
+            asked.append(account_id)
+            return await usage(account_id, query)
+
+        monkeypatch.setattr(counting.state.reader, "usage", counted)
+        statuses = [served.get("/usage", headers=read).status_code for _ in range(4)]
+    assert statuses == [200, 200, 429, 429]
+    assert len(asked) == 2  # refused requests are refused before their query, here and by the router
+    assert counting.http_calls == 2
+
+
 def test_a_revoked_token_is_refused_at_once(filled: Env) -> None:
     secret = filled.token()
     served, _, counting = _pair(filled)
