@@ -48,12 +48,12 @@ def ask_of(request: Request[Any, Any, Any], build_id: str = "") -> answers.Ask:
 CACHING = {"Cache-Control": "private, no-cache", "Vary": "Authorization"}
 
 
-def etag_of(body: bytes) -> str:
+def _etag_of(body: bytes) -> str:
     """The ETag of an answer: a digest of its body (or of what stands for it)."""
     return '"' + hashlib.md5(body, usedforsecurity=False).hexdigest() + '"'
 
 
-def etag_matches(header: str | None, etag: str) -> bool:
+def _etag_matches(header: str | None, etag: str) -> bool:
     if not header:
         return False
     if header.strip() == "*":
@@ -69,13 +69,13 @@ def json_answer(
 ) -> tuple[int, RawHeaders, bytes]:
     """(status, headers, body) of a JSON answer with an ETag (a digest of the body, or of `digest_of` that stands
     for it): 304 with no body when the request's If-None-Match holds it."""
-    etag = etag_of(body if digest_of is None else digest_of)
+    etag = _etag_of(body if digest_of is None else digest_of)
     raw = [(b"etag", etag.encode()), *_RAW_CACHING]
     if headers:
         raw += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
     # Read straight from the ASGI scope: building a headers object costs more than the whole check.
     given = next((v for k, v in request_headers if k == b"if-none-match"), None)
-    if given is not None and etag_matches(given.decode("latin-1"), etag):
+    if given is not None and _etag_matches(given.decode("latin-1"), etag):
         return 304, raw, b""
     return 200, raw + json_headers(body), body
 

@@ -155,14 +155,14 @@ class AuthMiddleware(ASGIMiddleware):
         """Count a request against its token's rate limit (a 429 past it) and note the token's use; the
         RateLimit headers of the answer."""
         extra = self.limiter.hit(row.token_id, now) if self.limiter is not None else {}
-        self.touch(reader, row, int(now * US_PER_SECOND))
+        self._touch(reader, row, int(now * US_PER_SECOND))
         return extra
 
     def spent(self, row: TokenRow, now: float) -> bool:
         """Whether the token has used up its rate limit: `admit` would refuse it."""
         return self.limiter is not None and self.limiter.spent(row.token_id, now)
 
-    def touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
+    def _touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
         """Note the token's last use, at most once a minute."""
         last = max(row.last_used_us or 0, self._touched.get(row.token_id, 0))
         if now_us - last >= LAST_USED_RESOLUTION_US:

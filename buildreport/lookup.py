@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from litestar import Litestar
     from litestar.types import Receive, Scope, Send
 
+    from buildreport.store.reader import Reader
+
 Answer = Callable[[answers.Ask], Awaitable[answers.Json]]
 
 
@@ -80,13 +82,20 @@ class ReadAnswers:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":
+            await self._get(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
+        reader = getattr(self.app.state, "reader", None)  # None until the application has started
+        if reader is not None:
             path = scope["path"]
             if path == HEALTH:
-                if await self._answer(HEALTH, self._health(send)):
+                if await self._answer(HEALTH, self._health(send, reader)):
                     return
             else:
                 found = route_of(path)
-                if found is not None and await self._answer(found[0].path, self._read(scope, send, *found)):
+                if found is not None and await self._answer(found[0].path, self._read(scope, send, reader, *found)):
                     return
         await self.app(scope, receive, send)
 
@@ -100,18 +109,14 @@ class ReadAnswers:
         ROUTE_METRICS.answered("GET", self.templates[path], status, time.perf_counter() - started)
         return True
 
-    async def _read(self, scope: Scope, send: Send, route: Route, build_id: str) -> int | None:
+    async def _read(self, scope: Scope, send: Send, reader: Reader, route: Route, build_id: str) -> int | None:
         """The status of the answer sent, or None when the request must go on to the router."""
-        auth, state = self.auth, self.app.state
-        reader = getattr(state, "reader", None)
-        if reader is None:  # not started yet
-            return None
-        now = time.time()
+        auth, now = self.auth, time.time()
         try:
             row = await auth.authenticate(reader, scope["headers"], READ_SCOPE, now)
             if auth.spent(row, now):  # the router refuses it (429) without the answer's query
                 return None
-            ask = answers.Ask(answers.pairs_of(scope["query_string"]), row.account_id, reader, state, build_id)
+            ask = answers.Ask(answers.pairs_of(scope["query_string"]), row.account_id, reader, self.app.state, build_id)
             json = await route.answer(ask)
             limits = auth.admit(reader, row, now)
         except Exception:  # a refusal, a bad parameter, a database error or anything else: the router answers it
@@ -122,10 +127,7 @@ class ReadAnswers:
         await send_answer(send, status, headers, content)
         return status
 
-    async def _health(self, send: Send) -> int | None:
-        reader = getattr(self.app.state, "reader", None)
-        if reader is None:
-            return None
+    async def _health(self, send: Send, reader: Reader) -> int | None:
         try:
             status, headers, body = await answers.health(reader)
         except Exception:  # anything but a database error (which is a 503 answer): the router answers it

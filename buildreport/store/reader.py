@@ -97,7 +97,7 @@ class Reader(abc.ABC):
     # The queries that differ between the engines: stats_parts, newest_of_paths, usage_by_system, usage_tags
     # and body_parts.
     engine_stats: Any = stats_queries
-    kept = KeptBuilds()  # replaced per reader by an engine whose builds_version() tells
+    kept: KeptBuilds  # set by an engine whose builds_version() tells
 
     @abc.abstractmethod
     async def _rows(self, query: queries.Query) -> list[tuple]:
@@ -159,13 +159,14 @@ class Reader(abc.ABC):
 
     async def build(self, account_id: int, build_id: int) -> bytes | None:
         version, key = self.builds_version(), (account_id, build_id)
-        body = self.kept.get(version, key)
+        body = self.kept.get(version, key) if version is not None else None
         if body is None:
             rows = await self._key(queries.get_build(account_id, build_id))
             if not rows:
                 return None
             body = rows[0][0]
-            self.kept.put(version, key, body)
+            if version is not None:
+                self.kept.put(version, key, body)
         return body
 
     async def summary(self, account_id: int, build_filter: BuildFilter, now_us: int) -> BuildSummary:
