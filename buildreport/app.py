@@ -27,6 +27,7 @@ from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
 from buildreport.signing import DashboardSigner, LinkSigner
 from buildreport.store import engine_errors, open_database, open_reader
+from buildreport.store.errors import DatabaseUnavailable
 from buildreport.store.writes import Writes
 
 log = logging.getLogger("buildreport")
@@ -53,6 +54,14 @@ def _http_problem(exc: HTTPException) -> ProblemDetailsException:
 def _database_problem(exc: Exception) -> ProblemDetailsException:
     log.error("database error: %s", exc)
     return Problem(503, "The database cannot be read right now; try again shortly", headers={"Retry-After": "5"})
+
+
+def _write_problem(exc: Exception) -> ProblemDetailsException:
+    log.error("write failed: %s", exc)
+    return Problem(
+        503, "The builds could not be written right now; nothing was half-written, send them again shortly",
+        headers={"Retry-After": "5"},
+    )
 
 
 def _internal_problem(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -151,6 +160,7 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
                     exception_to_problem_detail_map={
                         HTTPException: _http_problem,
                         **dict.fromkeys(engine_errors(), _database_problem),
+                        DatabaseUnavailable: _write_problem,
                     }
                 )
             )

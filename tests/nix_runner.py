@@ -40,7 +40,7 @@ in {
   ok = mk "ok-test" "echo building; echo to-stderr >&2; mkdir -p $out; echo hi > $out/x"
     { SERVICE_TAG_drvtag = "yes"; SERVICE_TAG_team = "builders"; };
   hog = mk "hog-test" "x=$(head -c 40000000 /dev/zero | tr '\\\\0' a); echo held \\${#x} bytes; mkdir $out" {};
-  busy = mk "busy-test" "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; times; mkdir $out" {};
+  busy = mk "busy-test" "i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done; times; mkdir $out" {};
   nap = mk "nap-test" "echo napping; sleep 3; mkdir -p $out" {};
   fail = mk "fail-test" "echo about to fail; exit 1" {};
   slow = mk "slow-test" "echo sleeping; sleep 30; mkdir $out" {};

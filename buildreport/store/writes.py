@@ -1,4 +1,4 @@
-"""Writes for the server: one request's records in one transaction, on a connection and thread of their own.
+"""Writes for the server: one request's records in one transaction, on a connection and process of their own.
 
 Readers use other connections; SQLite's WAL lets them read the last committed state throughout, so a
 write never blocks a read and no reader ever sees half a request. The write lock is taken when the
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
+from buildreport.store.errors import DatabaseUnavailable
+from buildreport.store.write_process import WriteProcess, encode_job
 from buildreport.store.writer import BuildWriter, pack_log
 
 
@@ -58,8 +60,8 @@ def write_records(conn: sqlite3.Connection, account: str, records: list[BuildRec
     )
 
 
-class Writes:
-    """The server's write connection, used by one thread at a time, in the order requests arrive."""
+class WriteSession:
+    """A connection that writes, with the turn it takes among server processes; used by one thread at a time."""
 
     def __init__(self, path: Path | str) -> None:  # a file or a postgresql:// URL
         from buildreport.store import is_postgres
@@ -70,7 +72,6 @@ class Writes:
         # PostgreSQL orders concurrent writers itself; SQLite's writers take turns (see writelock.py).
         self._lock = None if is_postgres(self._path) else WriterLock(self._path)
         self._turn = self._lock.held if self._lock is not None else contextlib.nullcontext
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
 
     def _connection(self) -> Any:
         if self._conn is None:
@@ -79,13 +80,42 @@ class Writes:
             self._conn = connect(self._path)
         return self._conn
 
-    def _write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
+    def write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
         try:
             with self._turn():
                 return write_records(self._connection(), account, records, now_us)
         finally:
             if getattr(self._conn, "broken", False):  # a database server that went away: reconnect next time
-                self._close()
+                self._close_connection()
+
+    def _close_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        self._close_connection()
+        if self._lock is not None:
+            self._lock.close()
+
+
+class Writes:
+    """The server's writes, in the order requests arrive, done by a write process (see write_process.py)."""
+
+    def __init__(self, path: Path | str) -> None:  # a file or a postgresql:// URL
+        self._process = WriteProcess(str(path))
+        # One thread waits on the process, so jobs go to it one at a time, in order.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
+
+    def _write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
+        outcome = self._process.run(encode_job(account, records, now_us))
+        if outcome.result is not None:
+            return outcome.result
+        if outcome.conflicts is not None:
+            raise WriteConflicts(outcome.conflicts)
+        if outcome.unavailable is not None:
+            raise DatabaseUnavailable(outcome.unavailable)
+        raise RuntimeError(f"the write failed: {outcome.failed}")
 
     async def write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
         loop = asyncio.get_running_loop()
@@ -93,12 +123,5 @@ class Writes:
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._thread, self._close)
+        await loop.run_in_executor(self._thread, self._process.stop)
         self._thread.shutdown(wait=True)
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        if self._lock is not None:
-            self._lock.close()
