@@ -121,3 +121,16 @@ def test_many_small_writes_into_one_day_keep_its_figures_exact(env):
 
 def to_day(day: int) -> int:
     return int((DAY0 + timedelta(days=day)).timestamp()) * 1_000_000
+
+
+@given(
+    st.integers(0, 2**40), st.integers(0, 2**40), st.lists(numbers), st.lists(numbers),
+    st.integers(0, 1000), st.integers(0, 2**30), st.lists(numbers), st.lists(numbers),
+)
+def test_numbers_added_to_a_stored_day_read_back_merged(builds, cpu, durations, queues, more, more_cpu, added,
+                                                       added_queues):
+    value = day_figures.pack(builds, cpu, list(durations), list(queues))
+    grown = day_figures.with_added(value, more, more_cpu, list(added), list(added_queues))
+    assert day_figures.unpack(grown) == (
+        builds + more, cpu + more_cpu, sorted(durations + added), sorted(queues + added_queues)
+    )

@@ -117,6 +117,13 @@ def test_query_is_served_by_an_index(conn, name):
     assert any(step.startswith("SEARCH") for step in plan), f"{name}: {plan}"
 
 
+def test_source_ids_are_looked_up_one_by_one(conn):
+    """Each source id of a write is one lookup in the unique index; a range would read all of the account's."""
+    sql, params = builds_by_source(1, ["runner-1:a", "runner-1:b", "runner-1:c"])
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    assert plan == ["SEARCH builds USING COVERING INDEX builds_by_source (account_id=? AND source_id=?)"], plan
+
+
 def test_lists_need_no_sort_step(conn):
     """Rows come out of the index in list order, so a page costs its own size, not the window's."""
     for name, f in FILTERS.items():

@@ -81,6 +81,8 @@ class _Row(msgspec.Struct):
     log_size: int
     duration_text: str | None  # the numbers as the JSON writes them, for the columns statistics read
     queue_text: str | None
+    status: str
+    nar_size_bytes: int  # of all its outputs
 
     @classmethod
     def of(cls, location: object, account_id: int, build: Build, log: PackedLog | None, source_id: str | None) -> _Row:
@@ -97,6 +99,8 @@ class _Row(msgspec.Struct):
             log_size=log[1] if log is not None else 0,
             duration_text=_number_text(build.duration_seconds),
             queue_text=_number_text(build.queue_time_seconds),
+            status=build.build_status.value,
+            nar_size_bytes=sum(o.nar_size_bytes for o in build.outputs),
         )
 
     @property
@@ -112,9 +116,9 @@ class _Row(msgspec.Struct):
             self.start_us,
             self.duration_us,
             self.stop_us,
-            b.build_status.value,
+            self.status,
             b.cpu_seconds,
-            sum(o.nar_size_bytes for o in b.outputs),
+            self.nar_size_bytes,
             b.derivation_path,
             b.restart_of_build_id,
             b.restarted_as_build_id,
@@ -169,10 +173,14 @@ ON CONFLICT (build_id) DO UPDATE SET
 
 
 def builds_by_source(account_id: int, sources: Sequence[str]) -> tuple[str, list[object]]:
-    """The build ids of an account's source ids (read through the unique index on them)."""
+    """The build ids of an account's source ids, one lookup each in the partial unique index on them.
+
+    `source_id IN (...)` implies that it is not null, which lets the index serve it; an explicit `IS NOT NULL`
+    made SQLite read every source id of the account instead (18.5 ms a batch of 500 at 161,500 of them)."""
     marks = ",".join("?" * len(sources))
-    sql = f"SELECT source_id, build_id FROM builds WHERE account_id = ? AND source_id IN ({marks})"
-    return sql + " AND source_id IS NOT NULL", [account_id, *sources]
+    return f"SELECT source_id, build_id FROM builds WHERE account_id = ? AND source_id IN ({marks})", [
+        account_id, *sources
+    ]
 
 
 def to_build(record: AnyRecord, build_id: int, restart_of: int | None) -> Build:
@@ -437,10 +445,9 @@ class BuildWriter:
         self._conn.executemany(_UPSERT, [row.values() for row in rows])
         for row in rows:
             b = row.build
-            nar = sum(o.nar_size_bytes for o in b.outputs)
-            self._count(1, row.account_id, b.build_status.value, row.create_us, row.start_us, row.duration_us,
-                        row.stop_us, b.cpu_seconds, nar)
-            self._day_delta(row.account_id, row.create_us, b.build_status.value).add(
+            self._count(1, row.account_id, row.status, row.create_us, row.start_us, row.duration_us,
+                        row.stop_us, b.cpu_seconds, row.nar_size_bytes)
+            self._day_delta(row.account_id, row.create_us, row.status).add(
                 1, b.cpu_seconds, row.duration_text, row.queue_text
             )
             old = existing.get(b.build_id)
@@ -521,10 +528,9 @@ class BuildWriter:
         fresh, fresh_stats, fresh_figures = [], [], []
         for row in rows:
             b = row.build
-            figures = (b.build_status.value, b.cpu_seconds, row.duration_us, sum(o.nar_size_bytes for o in b.outputs),
-                       row.start_us, row.stop_us)
+            figures = (row.status, b.cpu_seconds, row.duration_us, row.nar_size_bytes, row.start_us, row.stop_us)
             # A tag row carries the figures statistics by tag read, as the build's own columns hold them.
-            columns = (b.build_status.value, b.cpu_seconds, row.duration_text, row.queue_text)
+            columns = (row.status, b.cpu_seconds, row.duration_text, row.queue_text)
             for k, v in b.tags.items():
                 fresh.append((row.account_id, k, v, row.create_us, b.build_id))
                 fresh_stats.append(figures)
