@@ -567,12 +567,18 @@ def test_schema_newer_than_executable(tmp_path: Path) -> None:
 def test_kill_9_of_the_bootloader_ends_the_server_and_its_workers(tmp_path: Path, servers: list[Server]) -> None:
     db = tmp_path / "killed.db"
     ok(tmp_path, "import", "--db", str(db), str(write_jsonl(tmp_path / "three.jsonl", three_records())))
+    secret = ok(tmp_path, "token", "create", "--db", str(db), "--account", "acme", "--scope", "build:write").stdout
     server = start(servers, tmp_path, "serve", "--db", str(db), "--workers", "2")
     deadline = time.monotonic() + START_TIMEOUT
     while len(pids := server.descendants()) < 3 and time.monotonic() < deadline:  # Python, two workers and more
         time.sleep(0.05)
+    before = set(server.descendants())
+    written = dict(three_records()[0], source_id="killed:1")
+    del written["account"], written["build_id"]
+    answer = httpx.post(server.url + "/builds", json=[written], headers=auth(secret.strip()), timeout=30)
+    assert answer.status_code == 200 and answer.json()["created"] == 1, answer.text
     pids = server.descendants()
-    assert len(pids) >= 3, {pid: cmdline(pid) for pid in pids}
+    assert len(pids) >= 4 and set(pids) - before, {pid: cmdline(pid) for pid in pids}  # and a write process
     os.kill(server.process.pid, signal.SIGKILL)  # the bootloader alone, as `kill -9 PID` does
     server.process.wait(timeout=5)
     deadline = time.monotonic() + 10
