@@ -112,12 +112,13 @@ def test_a_database_that_is_gone_is_reported_as_unavailable(tmp_path: Path) -> N
     assert not (tmp_path / "missing.db").exists()  # never created in place of the one that went
 
 
-def test_ctrl_c_at_the_terminal_is_left_to_the_server(db) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_a_stop_sent_to_the_process_group_are_left_to_the_server(db, signum: int) -> None:
     process = WriteProcess(str(db))
     try:
         assert process.run(job("i:1")).result is not None
         pid = process.pid
-        os.kill(pid, signal.SIGINT)
+        os.kill(pid, signum)
         time.sleep(0.2)
         outcome = process.run(job("i:2"))
         assert outcome.result is not None and outcome.result.created == 1 and process.pid == pid

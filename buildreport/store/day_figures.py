@@ -198,13 +198,12 @@ def with_added(value: bytes, builds: int, cpu_seconds: int, durations: list[floa
     numbers.frombytes(memoryview(value)[_HEADER.size :])
     if _SWAP:
         numbers.byteswap()
-    merged_durations = _merged(numbers[:count], sorted(durations))
-    merged = _merged(numbers[count:], sorted(queue_times))
-    merged_durations.extend(merged)
+    merged = _merged(numbers[:count], sorted(durations))
+    merged.extend(_merged(numbers[count:], sorted(queue_times)))
     if _SWAP:
-        merged_durations.byteswap()
+        merged.byteswap()
     header = _HEADER.pack(had + builds, had_cpu + cpu_seconds, count + len(durations))
-    return header + merged_durations.tobytes()
+    return header + merged.tobytes()
 
 
 def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> None:

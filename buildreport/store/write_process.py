@@ -17,10 +17,14 @@ import multiprocessing
 import signal
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
+
+if TYPE_CHECKING:
+    from buildreport.store.writes import WriteSession
 
 STOP_SECONDS = 10.0
 
@@ -49,14 +53,14 @@ def encode_job(account: str, records: list[BuildRecord], now_us: int) -> bytes:
     return _ENCODER.encode(WriteJob(account, now_us, records))
 
 
-def _outcome_of(session: object, payload: bytes) -> Outcome:
+def _outcome_of(session: WriteSession, payload: bytes) -> Outcome:
     from buildreport.store import engine_errors, engine_message
     from buildreport.store.errors import DatabaseError
     from buildreport.store.writes import WriteConflicts
 
     try:
         job = _JOB.decode(payload)
-        return Outcome(result=session.write(job.account, job.records, job.now_us))  # type: ignore[attr-defined]
+        return Outcome(result=session.write(job.account, job.records, job.now_us))
     except WriteConflicts as exc:
         return Outcome(conflicts=exc.invalid)
     except (DatabaseError, *engine_errors()) as exc:
@@ -70,16 +74,19 @@ def serve(channel: Connection, db: str) -> None:
     from buildreport.lifeline import follow_parent_process
     from buildreport.store.writes import WriteSession
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C at a terminal is the server's to act on; it stops us
+    # Ctrl-C at a terminal and a stop sent to the whole process group are the server's to act on: it finishes
+    # the write under way, then closes the pipe, which ends this process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     follow_parent_process()
     session = WriteSession(db)
     try:
         while True:
             try:
                 payload = channel.recv_bytes()
-            except (EOFError, OSError):
+                channel.send_bytes(_ENCODER.encode(_outcome_of(session, payload)))
+            except (EOFError, OSError):  # the server closed its end, or is gone
                 return
-            channel.send_bytes(_ENCODER.encode(_outcome_of(session, payload)))
     finally:
         session.close()
 
@@ -119,7 +126,7 @@ class WriteProcess:
             return Outcome(unavailable="the write process stopped before it answered")
 
     def stop(self) -> None:
-        """Close the pipe (the process ends on it) and wait for the process; terminate it past STOP_SECONDS."""
+        """Close the pipe (the process ends on it) and wait for the process; kill it past STOP_SECONDS."""
         channel, process = self._channel, self._process
         self._channel = self._process = None
         if channel is not None:
@@ -127,6 +134,6 @@ class WriteProcess:
         if process is not None:
             process.join(STOP_SECONDS)
             if process.is_alive():
-                process.terminate()
+                process.kill()
                 process.join(STOP_SECONDS)
             process.close()
