@@ -28,7 +28,7 @@ from buildreport.models import Health
 from buildreport.signing import DashboardSigner, LinkSigner
 from buildreport.store import engine_errors, open_database, open_reader
 from buildreport.store.errors import DatabaseUnavailable
-from buildreport.store.writes import Writes
+from buildreport.store.write_process import Writes
 
 log = logging.getLogger("buildreport")
 

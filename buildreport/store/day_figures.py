@@ -72,15 +72,21 @@ def pack(builds: int, cpu_seconds: int, durations: list[float], queue_times: lis
     return _HEADER.pack(builds, cpu_seconds, len(durations)) + values.tobytes()
 
 
+def _stored(value: bytes) -> tuple[int, int, int, array]:
+    """(builds, CPU seconds, number of durations, the durations then the queue times) of a stored value."""
+    builds, cpu_seconds, count = _HEADER.unpack_from(value)
+    numbers = array("d")
+    numbers.frombytes(memoryview(value)[_HEADER.size :])
+    if _SWAP:
+        numbers.byteswap()
+    return builds, cpu_seconds, count, numbers
+
+
 def unpack(value: bytes) -> tuple[int, int, list[float], list[float]]:
     """(builds, CPU seconds, durations, queue times) of a stored value, both lists ascending."""
-    builds, cpu_seconds, count = _HEADER.unpack_from(value)
-    values = array("d")
-    values.frombytes(memoryview(value)[_HEADER.size :])
-    if _SWAP:
-        values.byteswap()
-    numbers = values.tolist()
-    return builds, cpu_seconds, numbers[:count], numbers[count:]
+    builds, cpu_seconds, count, numbers = _stored(value)
+    values = numbers.tolist()
+    return builds, cpu_seconds, values[:count], values[count:]
 
 
 class _Day:
@@ -193,11 +199,7 @@ def with_added(value: bytes, builds: int, cpu_seconds: int, durations: list[floa
     """A stored value with builds, CPU seconds and numbers added (none taken away), without turning its numbers
     into Python objects: what the day holds is copied, not decoded (500 builds into a day of 150,000 took
     16 ms decoded, and take 4 ms)."""
-    had, had_cpu, count = _HEADER.unpack_from(value)
-    numbers = array("d")
-    numbers.frombytes(memoryview(value)[_HEADER.size :])
-    if _SWAP:
-        numbers.byteswap()
+    had, had_cpu, count, numbers = _stored(value)
     merged = _merged(numbers[:count], sorted(durations))
     merged.extend(_merged(numbers[count:], sorted(queue_times)))
     if _SWAP:

@@ -6,25 +6,29 @@ them hands the lock to the event loop and waits to get it back: with one client 
 without pause, a batch of 500 builds took 197 ms instead of 36 ms. In a process of its own the write keeps a
 core and an interpreter to itself, and the reads lose nothing to it.
 
-The worker sends the validated records (`WriteJob`, as JSON, so times keep their offsets) over a pipe and
-waits for the `Outcome`. The process ends when the pipe closes, and with the worker if that dies first. A
-process that dies mid-write takes its open transaction with it: nothing of that request is stored.
+`Writes` is the worker's side: it sends the validated records (`WriteJob`, as JSON, so times keep their
+offsets) over a pipe and waits for the `Outcome`. The process ends when the pipe closes, and with the worker
+if that dies first. A process that dies mid-write takes its open transaction with it: nothing of that
+request is stored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import msgspec
 
+from buildreport.lifeline import follow_parent_process
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
-
-if TYPE_CHECKING:
-    from buildreport.store.writes import WriteSession
+from buildreport.store import engine_errors, engine_message
+from buildreport.store.errors import DatabaseError, DatabaseUnavailable
+from buildreport.store.writes import WriteConflicts, WriteSession
 
 STOP_SECONDS = 10.0
 
@@ -54,10 +58,6 @@ def encode_job(account: str, records: list[BuildRecord], now_us: int) -> bytes:
 
 
 def _outcome_of(session: WriteSession, payload: bytes) -> Outcome:
-    from buildreport.store import engine_errors, engine_message
-    from buildreport.store.errors import DatabaseError
-    from buildreport.store.writes import WriteConflicts
-
     try:
         job = _JOB.decode(payload)
         return Outcome(result=session.write(job.account, job.records, job.now_us))
@@ -71,9 +71,6 @@ def _outcome_of(session: WriteSession, payload: bytes) -> Outcome:
 
 def serve(channel: Connection, db: str) -> None:
     """The write process: one job at a time from the pipe, each answered, until the pipe closes."""
-    from buildreport.lifeline import follow_parent_process
-    from buildreport.store.writes import WriteSession
-
     # Ctrl-C at a terminal and a stop sent to the whole process group are the server's to act on: it finishes
     # the write under way, then closes the pipe, which ends this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -137,3 +134,31 @@ class WriteProcess:
                 process.kill()
                 process.join(STOP_SECONDS)
             process.close()
+
+
+class Writes:
+    """The server's writes, in the order requests arrive, done by its write process."""
+
+    def __init__(self, path: Path | str) -> None:  # a file or a postgresql:// URL
+        self._process = WriteProcess(str(path))
+        # One thread waits on the process, so jobs go to it one at a time, in order.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
+
+    def _write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
+        outcome = self._process.run(encode_job(account, records, now_us))
+        if outcome.result is not None:
+            return outcome.result
+        if outcome.conflicts is not None:
+            raise WriteConflicts(outcome.conflicts)
+        if outcome.unavailable is not None:
+            raise DatabaseUnavailable(outcome.unavailable)
+        raise RuntimeError(f"the write failed: {outcome.failed}")
+
+    async def write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._write, account, records, now_us)
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._thread, self._process.stop)
+        self._thread.shutdown(wait=True)

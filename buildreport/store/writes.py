@@ -1,4 +1,5 @@
-"""Writes for the server: one request's records in one transaction, on a connection and process of their own.
+"""Writes for the server: one request's records in one transaction, on a write connection of their own (the
+write process's, see write_process.py).
 
 Readers use other connections; SQLite's WAL lets them read the last committed state throughout, so a
 write never blocks a read and no reader ever sees half a request. The write lock is taken when the
@@ -7,16 +8,12 @@ transaction begins, after the body was read, inflated and validated.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
-from buildreport.store.errors import DatabaseUnavailable
-from buildreport.store.write_process import WriteProcess, encode_job
 from buildreport.store.writer import BuildWriter, pack_log
 
 
@@ -97,31 +94,3 @@ class WriteSession:
         self._close_connection()
         if self._lock is not None:
             self._lock.close()
-
-
-class Writes:
-    """The server's writes, in the order requests arrive, done by a write process (see write_process.py)."""
-
-    def __init__(self, path: Path | str) -> None:  # a file or a postgresql:// URL
-        self._process = WriteProcess(str(path))
-        # One thread waits on the process, so jobs go to it one at a time, in order.
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
-
-    def _write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
-        outcome = self._process.run(encode_job(account, records, now_us))
-        if outcome.result is not None:
-            return outcome.result
-        if outcome.conflicts is not None:
-            raise WriteConflicts(outcome.conflicts)
-        if outcome.unavailable is not None:
-            raise DatabaseUnavailable(outcome.unavailable)
-        raise RuntimeError(f"the write failed: {outcome.failed}")
-
-    async def write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._write, account, records, now_us)
-
-    async def close(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._thread, self._process.stop)
-        self._thread.shutdown(wait=True)
