@@ -1,16 +1,22 @@
-"""Builds kept by the reader: served without a query only while nothing was committed since they were read."""
+"""The reader: builds kept until the next commit; short range queries in the event loop's thread, within a budget."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from conftest import Env, auth, record
+from records import NOW
 
+from buildreport import filters
 from buildreport.store import open_reader
 from buildreport.store.reader import KeptBuilds
+from buildreport.store.sqlite import reader as sqlite_reader
+from buildreport.times import to_us
 
 
 def test_kept_builds_need_the_version_they_were_read_at() -> None:
@@ -98,3 +104,82 @@ def test_an_answer_follows_each_write_at_once(env: Env) -> None:
             assert response.status_code in (200, 201), response.text
             assert client.get("/builds/1", headers=read).json()["cpu_seconds"] == cpu
             assert client.get("/builds/1/url", headers=read).status_code == 200
+
+
+def _short_answers(env: Env) -> tuple[list[Any], int]:
+    """A page, a summary by tag, usage and a breakdown by day read by one reader; and how many queries it handed
+    to aiosqlite's thread."""
+
+    async def run() -> tuple[list[Any], int]:
+        reader = await open_reader(env.db)
+        handed: list[object] = []
+        rows = reader._rows
+
+        async def counted(query: Any) -> list[tuple]:
+            handed.append(query)
+            return await rows(query)
+
+        reader._rows = counted  # type: ignore[method-assign]
+        now = to_us(NOW)
+        try:
+            page = await reader.list_builds(1, filters.parse_list_query([("limit", "50")], now))
+            summary = await reader.summary(1, filters.parse_summary_query([("tags", "project:web")], now), now)
+            usage_query = filters.parse_usage_query([("from", "2000-01-01"), ("to", "2100-01-01")], now)
+            usage = await reader.usage(1, usage_query)
+            by_day = await reader.usage_rows(1, usage_query, filters.GroupBy("day"))
+            after = await reader.build(1, 7)  # a lookup by key after them, with no budget of its own
+            return [page.body, page.next_cursor, summary, usage, by_day, after, await reader.ping()], len(handed)
+        finally:
+            await reader.close()
+
+    return asyncio.run(run())
+
+
+def _many_builds(env: Env) -> None:
+    env.load([record(i, create_time=NOW - timedelta(minutes=i), cpu_seconds=i,
+                     tags={"project": "web" if i % 3 else "api"}) for i in range(1, 401)])
+
+
+@pytest.mark.sqlite_only
+def test_short_queries_run_in_the_event_loops_thread_and_past_their_budget_in_aiosqlites(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _many_builds(env)
+    within, handed_within = _short_answers(env)
+    assert handed_within == 0
+
+    # No budget, and the clock looked at every instruction: each short query is interrupted and run again.
+    monkeypatch.setattr(sqlite_reader, "SHORT_QUERY_BUDGET_S", 0.0)
+    monkeypatch.setattr(sqlite_reader, "_BUDGET_CHECK_STEPS", 1)
+    past, handed_past = _short_answers(env)
+    assert handed_past == 6  # the page, its end, the summary, usage, the breakdown and the ping
+    assert past == within
+    page, cursor, summary, usage = within[:4]
+    assert len(json.loads(page)) == 50 and cursor is not None
+    assert summary.build_count == sum(1 for i in range(1, 401) if i % 3)
+    assert usage.billable_cpu_seconds == sum(range(1, 401))
+    assert json.loads(within[5])["build_id"] == 7
+
+
+@pytest.mark.sqlite_only
+def test_a_short_query_that_fails_is_an_error_not_run_again(env: Env) -> None:
+    env.load([record(1)])
+
+    async def run() -> None:
+        reader = await open_reader(env.db)
+        handed: list[object] = []
+
+        async def counted(query: Any) -> list[tuple]:
+            handed.append(query)
+            return []
+
+        reader._rows = counted  # type: ignore[method-assign]
+        try:
+            with pytest.raises(sqlite3.OperationalError, match="no such column"):
+                await reader._short(("SELECT no_such_column FROM builds", []))
+            assert handed == []
+            assert await reader._short(("SELECT count(*) FROM builds", [])) == [(1,)]
+        finally:
+            await reader.close()
+
+    asyncio.run(run())

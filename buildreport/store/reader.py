@@ -1,8 +1,9 @@
 """Read access for the server: the queries that serve requests, the same for both engines.
 
 An engine's reader (store/sqlite/reader.py, store/postgres/reader.py) says how a query runs: `_rows` for
-range queries, `_key` for lookups by key that must see the latest commit (a token, one build), and what
-the engine can tell about itself (whether data changed, how large it is).
+range queries, `_short` for range queries whose work is small, `_key` for lookups by key that must see the
+latest commit (a token, one build), and what the engine can tell about itself (whether data changed, how
+large it is).
 """
 
 from __future__ import annotations
@@ -103,6 +104,11 @@ class Reader(abc.ABC):
     async def _rows(self, query: queries.Query) -> list[tuple]:
         """Rows of a range query (may be served by a replica)."""
 
+    async def _short(self, query: queries.Query) -> list[tuple]:
+        """Rows of a range query whose work is small by its construction (a page of builds, a window's days, a
+        summary's totals and edges): an engine may run it where a short query costs least."""
+        return await self._rows(query)
+
     async def _rows_together(self, parts: Sequence[queries.Query]) -> list[list[tuple]]:
         """Rows of range queries run at the same time where the engine can (see stats_queries.stats_parts)."""
         return list(await asyncio.gather(*(self._rows(part) for part in parts)))
@@ -136,7 +142,7 @@ class Reader(abc.ABC):
         """The size of the stored data, for /metrics."""
 
     async def ping(self) -> bool:
-        return bool(await self._rows(("SELECT count(*) FROM (SELECT 1 FROM accounts LIMIT 1) AS one", [])))
+        return bool(await self._short(("SELECT count(*) FROM (SELECT 1 FROM accounts LIMIT 1) AS one", [])))
 
     async def token(self, digest: bytes) -> TokenRow | None:
         rows = await self._key(queries.token_by_digest(digest))
@@ -146,13 +152,13 @@ class Reader(abc.ABC):
         return TokenRow(token_id, account_id, account, frozenset(scopes.split()), expires_us, revoked_us, last_used_us)
 
     async def list_builds(self, account_id: int, query: ListQuery) -> BuildPage:
-        ((count, array, hashes),) = await self._rows(queries.list_builds(account_id, query, self.dialect))
+        ((count, array, hashes),) = await self._short(queries.list_builds(account_id, query, self.dialect))
         if not count:
             return BuildPage(body=b"[]", digest=b"", next_cursor=None)
         next_cursor = None
         if count == query.limit:
             # A full page: more may match. Reading two positions is cheaper than carrying every build's.
-            ends = await self._rows(queries.page_end(account_id, query))
+            ends = await self._short(queries.page_end(account_id, query))
             if len(ends) == 2:
                 next_cursor = Cursor(create_us=ends[0][0], build_id=ends[0][1])
         return BuildPage(body=array, digest=hashes.encode(), next_cursor=next_cursor)
@@ -174,11 +180,11 @@ class Reader(abc.ABC):
         if build_filter.tags:
             sizes = [(await self._key(q))[0][0] for q in tag_totals.pair_size_queries(account_id, build_filter)]
             build_filter, promoted = tag_totals.ranked(build_filter, sizes)
-        rows = await self._rows(queries.summary(account_id, build_filter, promoted))
+        rows = await self._short(queries.summary(account_id, build_filter, promoted))
         return summary_from_row(merge_summary_rows(rows), now_us)
 
     async def usage(self, account_id: int, query: UsageQuery) -> Usage:
-        (row,) = await self._rows(queries.usage(account_id, query))
+        (row,) = await self._short(queries.usage(account_id, query))
         return Usage(billable_cpu_seconds=row[0], billable_build_count=row[1])
 
     async def log(self, account_id: int, build_id: int) -> tuple[int, bytes] | None:
@@ -213,7 +219,7 @@ class Reader(abc.ABC):
     async def usage_rows(self, account_id: int, query: UsageQuery, group_by: GroupBy) -> list[tuple]:
         """Usage rows for a breakdown: by day and by system summed in SQL, by tag one row a build."""
         if group_by.kind == "day":
-            return await self._rows(stats_queries.usage_by_day(account_id, query))
+            return await self._short(stats_queries.usage_by_day(account_id, query))
         if group_by.kind == "system":
             return await self._rows(self.engine_stats.usage_by_system(account_id, query))
         return await self._rows(self.engine_stats.usage_tags(account_id, query))
