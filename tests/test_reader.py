@@ -106,11 +106,11 @@ def test_an_answer_follows_each_write_at_once(env: Env) -> None:
             assert client.get("/builds/1/url", headers=read).status_code == 200
 
 
-def _short_answers(env: Env) -> tuple[list[Any], int]:
-    """A page, a summary by tag, usage and a breakdown by day read by one reader; and how many queries it handed
-    to aiosqlite's thread."""
+def _short_answers(env: Env, rounds: int = 1) -> tuple[list[Any], list[int]]:
+    """A page, a summary by tag, usage, a breakdown by day and a lookup, read `rounds` times by one reader: the
+    last round's answers, and how many queries each round handed to aiosqlite's thread."""
 
-    async def run() -> tuple[list[Any], int]:
+    async def run() -> tuple[list[Any], list[int]]:
         reader = await open_reader(env.db)
         handed: list[object] = []
         rows = reader._rows
@@ -121,14 +121,19 @@ def _short_answers(env: Env) -> tuple[list[Any], int]:
 
         reader._rows = counted  # type: ignore[method-assign]
         now = to_us(NOW)
+        usage_query = filters.parse_usage_query([("from", "2000-01-01"), ("to", "2100-01-01")], now)
+        per_round, answers = [], []
         try:
-            page = await reader.list_builds(1, filters.parse_list_query([("limit", "50")], now))
-            summary = await reader.summary(1, filters.parse_summary_query([("tags", "project:web")], now), now)
-            usage_query = filters.parse_usage_query([("from", "2000-01-01"), ("to", "2100-01-01")], now)
-            usage = await reader.usage(1, usage_query)
-            by_day = await reader.usage_rows(1, usage_query, filters.GroupBy("day"))
-            after = await reader.build(1, 7)  # a lookup by key after them, with no budget of its own
-            return [page.body, page.next_cursor, summary, usage, by_day, after, await reader.ping()], len(handed)
+            for _ in range(rounds):
+                handed.clear()
+                page = await reader.list_builds(1, filters.parse_list_query([("limit", "50")], now))
+                summary = await reader.summary(1, filters.parse_summary_query([("tags", "project:web")], now), now)
+                usage = await reader.usage(1, usage_query)
+                by_day = await reader.usage_rows(1, usage_query, filters.GroupBy("day"))
+                after = await reader.build(1, 7)  # a lookup by key after them, never limited
+                answers = [page.body, page.next_cursor, summary, usage, by_day, after, await reader.ping()]
+                per_round.append(len(handed))
+            return answers, per_round
         finally:
             await reader.close()
 
@@ -140,25 +145,47 @@ def _many_builds(env: Env) -> None:
                      tags={"project": "web" if i % 3 else "api"}) for i in range(1, 401)])
 
 
-@pytest.mark.sqlite_only
-def test_short_queries_run_in_the_event_loops_thread_and_past_their_budget_in_aiosqlites(
-    env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _many_builds(env)
-    within, handed_within = _short_answers(env)
-    assert handed_within == 0
+SHORT_QUERIES = 6  # a round of _short_answers: the page, its end, the summary, usage, the breakdown and the ping
 
-    # No budget, and the clock looked at every instruction: each short query is interrupted and run again.
-    monkeypatch.setattr(sqlite_reader, "SHORT_QUERY_BUDGET_S", 0.0)
-    monkeypatch.setattr(sqlite_reader, "_BUDGET_CHECK_STEPS", 1)
-    past, handed_past = _short_answers(env)
-    assert handed_past == 6  # the page, its end, the summary, usage, the breakdown and the ping
-    assert past == within
-    page, cursor, summary, usage = within[:4]
+
+@pytest.mark.sqlite_only
+def test_short_queries_run_in_the_event_loops_thread(env: Env) -> None:
+    _many_builds(env)
+    answers, handed = _short_answers(env, rounds=2)
+    assert handed == [0, 0]
+    page, cursor, summary, usage, _by_day, after, alive = answers
     assert len(json.loads(page)) == 50 and cursor is not None
     assert summary.build_count == sum(1 for i in range(1, 401) if i % 3)
     assert usage.billable_cpu_seconds == sum(range(1, 401))
-    assert json.loads(within[5])["build_id"] == 7
+    assert json.loads(after)["build_id"] == 7 and alive
+
+
+@pytest.mark.sqlite_only
+def test_a_query_over_its_budget_runs_in_aiosqlites_thread_for_a_while_then_is_tried_again(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _many_builds(env)
+    within, _ = _short_answers(env)
+    monkeypatch.setattr(sqlite_reader, "SHORT_QUERY_BUDGET_S", -1.0)  # every run is over it
+    monkeypatch.setattr(sqlite_reader, "LONG_QUERY_RUNS", 2)
+    answers, handed = _short_answers(env, rounds=4)
+    # Each statement runs in the event loop's thread, then twice in aiosqlite's, then in the event loop's again.
+    assert handed == [0, SHORT_QUERIES, SHORT_QUERIES, 0]
+    assert answers == within
+
+
+@pytest.mark.sqlite_only
+def test_a_query_past_its_limit_is_interrupted_and_run_again_in_aiosqlites_thread(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _many_builds(env)
+    within, _ = _short_answers(env)
+    # No time at all, and the clock looked at every instruction: each statement is interrupted at once.
+    monkeypatch.setattr(sqlite_reader, "SHORT_QUERY_LIMIT_S", 0.0)
+    monkeypatch.setattr(sqlite_reader, "_LIMIT_CHECK_STEPS", 1)
+    answers, handed = _short_answers(env, rounds=2)
+    assert handed == [SHORT_QUERIES, SHORT_QUERIES]  # interrupted, and then remembered as long
+    assert answers == within
 
 
 @pytest.mark.sqlite_only
