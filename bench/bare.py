@@ -2,7 +2,9 @@
 
 Served by uvicorn as `buildreport serve --workers 1` is (uvloop, httptools, no access log), so that
 the difference between the two is buildreport's routing, authentication, validation and query.
-Run as `python bench/bare.py PORT`; /healthz answers as buildreport's does, for the bench's start check.
+Run as `python bench/bare.py PORT [PAGE_BYTES]`; /healthz answers as buildreport's does, for the bench's start
+check. /page answers a constant JSON array of PAGE_BYTES, the size of a page of builds: what sending that many
+bytes costs the bare app.
 """
 
 from __future__ import annotations
@@ -29,7 +31,22 @@ def healthz() -> bytes:
     return b'{"status":"ok"}'
 
 
-app = Litestar(route_handlers=[build, healthz])
+def page_of(size: int) -> bytes:
+    """A JSON array of exactly `size` bytes (at least 2): copies of BODY, padded with spaces to fit."""
+    copies = max(0, (size - 1) // (len(BODY) + 1))
+    array = b"[" + b",".join([BODY] * copies)
+    return array + b" " * (size - 1 - len(array)) + b"]"
+
+
+PAGE = page_of(int(sys.argv[2]) if len(sys.argv) > 2 else 460_000)
+
+
+@get("/page", media_type=MediaType.JSON, sync_to_thread=False)
+def page() -> bytes:
+    return PAGE
+
+
+app = Litestar(route_handlers=[build, healthz, page])
 
 if __name__ == "__main__":
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=False, log_config=None, ws="none",

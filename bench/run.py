@@ -334,6 +334,11 @@ class Bench:
                 "SELECT key, value FROM build_tags WHERE build_id = (SELECT t.build_id FROM build_tags t"
                 " WHERE t.account_id = ? AND t.key = 'GITHUB_RUN_ID' ORDER BY t.create_us DESC LIMIT 1)"
                 " AND key LIKE 'GITHUB_%' ORDER BY key DESC", (self.account_id,)).fetchall()
+            # A page of the account's newest 500 builds as the list answers it: their JSON, commas and brackets.
+            (self.page_bytes,) = conn.execute(
+                "SELECT coalesce(sum(length(body)), 0) + max(count(*) - 1, 0) + 2 FROM (SELECT body FROM builds"
+                " WHERE account_id = ? ORDER BY create_us DESC, build_id DESC LIMIT 500)", (self.account_id,),
+            ).fetchone()
             tag_sizes = self.tag_totals_size(conn)
             projects = conn.execute(
                 "SELECT value, count(*) FROM build_tags WHERE account_id = ? AND key = 'project' "
@@ -352,6 +357,7 @@ class Bench:
             "client_tags": self.client_tags, "tag_totals": tag_sizes,
             "builds_per_account": counts, "project_tags": dict(projects), "project_tag_used": self.project,
             "rotated_ids": len(self.ids), "page_links": len(self.log_ids), "page_builds_with_logs": bool(log_ids),
+            "list_page_bytes": self.page_bytes,
         })
 
     @staticmethod
@@ -628,7 +634,7 @@ class Bench:
             self.signed_links(server, page)
             self.dashboard_link(server, next(ep for ep in eps if ep["kind"] == "dashboard"))
             for ep in eps:
-                entry: dict[str, Any] = {"label": ep["label"]}
+                entry: dict[str, Any] = {"label": ep["label"], "kind": ep["kind"]}
                 results[ep["key"]] = entry
                 try:
                     entry["probe"] = self.probe(server, ep)
@@ -705,7 +711,7 @@ class Bench:
     def bare(self) -> None:
         started = time.perf_counter()
         server = Server(self.cli, self.db, 1, RUN_DIR / "bare.log")
-        server.command = [sys.executable, str(BENCH / "bare.py"), str(server.port)]
+        server.command = [sys.executable, str(BENCH / "bare.py"), str(server.port), str(self.page_bytes)]
         self.commands.append(rel(server.command))
         result: dict[str, Any] = {}
         try:
@@ -713,6 +719,9 @@ class Bench:
             ep = {"key": "bare", "kind": "bare", "paths": ["/build"]}
             for connections, threads in LOADS:
                 result[f"c{connections}"] = self.load_plain(server.base, ep, connections, threads)
+            # The same app sending a constant body as large as a page of 500 builds: what those bytes cost alone.
+            page = {"key": "bare-page", "kind": "bare", "paths": ["/page"]}
+            result["page"] = {"body_bytes": self.page_bytes, "c1": self.load_plain(server.base, page, 1, 1)}
         except Exception as exc:
             self.fail(f"bare Litestar app: {exc}")
         finally:
