@@ -169,26 +169,34 @@ class SqliteReader(Reader):
 
     async def _short(self, query: queries.Query) -> list[tuple]:
         sql, params = query
-        runs_left = self._long.pop(sql, 0)
-        if runs_left:
-            if runs_left > 1:
-                self._long[sql] = runs_left - 1
+        if self._still_long(sql):
             return await self._rows(query)
         started = time.perf_counter()
-        self._deadline, self._interrupted = started + SHORT_QUERY_LIMIT_S, False
-        try:
-            rows = self._local.execute(sql, params).fetchall()
-        except sqlite3.OperationalError:
-            if not self._interrupted:
-                raise
-            rows = None
-        finally:
-            self._deadline = math.inf
+        rows = self._in_event_loop(sql, params, started + SHORT_QUERY_LIMIT_S)
         if rows is None or time.perf_counter() - started > SHORT_QUERY_BUDGET_S:
             if len(self._long) >= _LONG_QUERIES_KEPT:
                 self._long.clear()
             self._long[sql] = LONG_QUERY_RUNS
         return rows if rows is not None else await self._rows(query)
+
+    def _still_long(self, sql: str) -> bool:
+        """Whether `sql` goes to aiosqlite's thread this time, having taken too long in the event loop's lately."""
+        runs_left = self._long.pop(sql, 0)
+        if runs_left > 1:
+            self._long[sql] = runs_left - 1
+        return runs_left > 0
+
+    def _in_event_loop(self, sql: str, params: Sequence[object], deadline: float) -> list[tuple] | None:
+        """The rows of `sql` read on _local; None when it was still running at `deadline` and was interrupted."""
+        self._deadline, self._interrupted = deadline, False
+        try:
+            return self._local.execute(sql, params).fetchall()
+        except sqlite3.OperationalError:
+            if self._interrupted:
+                return None
+            raise
+        finally:
+            self._deadline = math.inf
 
     def _past_deadline(self) -> bool:
         """SQLite's progress handler on _local: True interrupts the statement running."""
