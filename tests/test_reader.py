@@ -49,19 +49,25 @@ def test_kept_builds_stay_within_their_bytes_dropping_the_least_recently_used(mo
     assert kept.get(b"v", (1, 4)) is not None and kept.get(b"v", (1, 1)) is None
 
 
+def _counted(reader: Any, method: str) -> list[object]:
+    """The queries the reader's `method` (_key, _rows) is asked from now on, in order."""
+    queries: list[object] = []
+    run = getattr(reader, method)
+
+    async def counted(query: Any) -> list[tuple]:
+        queries.append(query)
+        return await run(query)
+
+    setattr(reader, method, counted)
+    return queries
+
+
 def _reading(env: Env, steps: Any) -> list[Any]:
     """Run `steps(reader, queries)` on a reader of env's database; `queries` counts the lookups by key it ran."""
 
     async def run() -> list[Any]:
         reader = await open_reader(env.db)
-        queries: list[object] = []
-        lookup = reader._key
-
-        async def counted(query: Any) -> list[tuple]:
-            queries.append(query)
-            return await lookup(query)
-
-        reader._key = counted  # type: ignore[method-assign]
+        queries = _counted(reader, "_key")
         try:
             return await steps(reader, queries)
         finally:
@@ -112,14 +118,7 @@ def _short_answers(env: Env, rounds: int = 1) -> tuple[list[Any], list[int]]:
 
     async def run() -> tuple[list[Any], list[int]]:
         reader = await open_reader(env.db)
-        handed: list[object] = []
-        rows = reader._rows
-
-        async def counted(query: Any) -> list[tuple]:
-            handed.append(query)
-            return await rows(query)
-
-        reader._rows = counted  # type: ignore[method-assign]
+        handed = _counted(reader, "_rows")
         now = to_us(NOW)
         usage_query = filters.parse_usage_query([("from", "2000-01-01"), ("to", "2100-01-01")], now)
         per_round, answers = [], []
@@ -161,30 +160,27 @@ def test_short_queries_run_in_the_event_loops_thread(env: Env) -> None:
 
 
 @pytest.mark.sqlite_only
-def test_a_query_over_its_budget_runs_in_aiosqlites_thread_for_a_while_then_is_tried_again(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("settings", "handed_per_round"),
+    [
+        # Every run is over the budget: each statement runs in the event loop's thread, then twice in aiosqlite's,
+        # then in the event loop's again.
+        ({"SHORT_QUERY_BUDGET_S": -1.0, "LONG_QUERY_RUNS": 2}, [0, SHORT_QUERIES, SHORT_QUERIES, 0]),
+        # No time at all, and the clock looked at every instruction: each statement is interrupted at once, run
+        # again in aiosqlite's thread and remembered as long.
+        ({"SHORT_QUERY_LIMIT_S": 0.0, "_LIMIT_CHECK_STEPS": 1}, [SHORT_QUERIES, SHORT_QUERIES]),
+    ],
+    ids=["over its budget", "past its limit"],
+)
+def test_a_long_query_runs_in_aiosqlites_thread_with_the_same_answers(
+    env: Env, monkeypatch: pytest.MonkeyPatch, settings: dict[str, float], handed_per_round: list[int]
 ) -> None:
     _many_builds(env)
     within, _ = _short_answers(env)
-    monkeypatch.setattr(sqlite_reader, "SHORT_QUERY_BUDGET_S", -1.0)  # every run is over it
-    monkeypatch.setattr(sqlite_reader, "LONG_QUERY_RUNS", 2)
-    answers, handed = _short_answers(env, rounds=4)
-    # Each statement runs in the event loop's thread, then twice in aiosqlite's, then in the event loop's again.
-    assert handed == [0, SHORT_QUERIES, SHORT_QUERIES, 0]
-    assert answers == within
-
-
-@pytest.mark.sqlite_only
-def test_a_query_past_its_limit_is_interrupted_and_run_again_in_aiosqlites_thread(
-    env: Env, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _many_builds(env)
-    within, _ = _short_answers(env)
-    # No time at all, and the clock looked at every instruction: each statement is interrupted at once.
-    monkeypatch.setattr(sqlite_reader, "SHORT_QUERY_LIMIT_S", 0.0)
-    monkeypatch.setattr(sqlite_reader, "_LIMIT_CHECK_STEPS", 1)
-    answers, handed = _short_answers(env, rounds=2)
-    assert handed == [SHORT_QUERIES, SHORT_QUERIES]  # interrupted, and then remembered as long
+    for name, value in settings.items():
+        monkeypatch.setattr(sqlite_reader, name, value)
+    answers, handed = _short_answers(env, rounds=len(handed_per_round))
+    assert handed == handed_per_round
     assert answers == within
 
 
@@ -194,18 +190,12 @@ def test_a_short_query_that_fails_is_an_error_not_run_again(env: Env) -> None:
 
     async def run() -> None:
         reader = await open_reader(env.db)
-        handed: list[object] = []
-
-        async def counted(query: Any) -> list[tuple]:
-            handed.append(query)
-            return []
-
-        reader._rows = counted  # type: ignore[method-assign]
+        handed = _counted(reader, "_rows")
         try:
             with pytest.raises(sqlite3.OperationalError, match="no such column"):
                 await reader._short(("SELECT no_such_column FROM builds", []))
-            assert handed == []
             assert await reader._short(("SELECT count(*) FROM builds", [])) == [(1,)]
+            assert handed == []
         finally:
             await reader.close()
 
