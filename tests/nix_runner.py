@@ -27,6 +27,7 @@ import pytest
 from conftest import buildreport_command
 
 from buildreport.models import BuildRecord
+from buildreport.spool import pending_files
 
 NIX_CONF = "sandbox = false\nsubstituters =\nexperimental-features = nix-command\n"
 
@@ -200,9 +201,10 @@ class Runner:
         return out.stdout.strip()
 
     def records(self) -> dict[str, list[dict[str, Any]]]:
-        """Every spooled record, by source_id, in the order they were written."""
+        """Every spooled record, by source_id, in the order they were written. Files still being written (a
+        temporary name, renamed into place when whole) are left for a later look, as `push` leaves them."""
         by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for path in sorted(self.spool.glob("*.jsonl")):
+        for path in pending_files(self.spool):
             for line in path.read_text().splitlines():
                 record = json.loads(line)
                 assert_import_record(record)
