@@ -1,10 +1,10 @@
 """How the C library's allocator keeps freed memory in a serving process (glibc only).
 
-A page of 500 builds is one 460 KB value that SQLite assembles in a reader thread and the event loop's
-thread frees once it is sent. With glibc's defaults that free handed the top of the reader thread's heap back
-to the kernel (`madvise`), and the next page faulted the same 1.7 MB in again, one 4 KiB page at a time:
-1.1 ms of system time a request. Kept instead, `GET /builds` with 500 builds went from 3.0 ms to 1.2-1.6 ms
-(p50, one client, a million builds), and no other endpoint got slower.
+A page of 500 builds is one 460 KB value that SQLite assembles, freed once it is sent. When pages were
+assembled in a reader thread (today a page that runs long still is), glibc's defaults handed the top of that
+thread's heap back to the kernel (`madvise`) at the free, and the next page faulted the same 1.7 MB in again,
+one 4 KiB page at a time: 1.1 ms of system time a request. Kept instead, `GET /builds` with 500 builds went
+from 3.0 ms to 1.2-1.6 ms (p50, one client, a million builds), and no other endpoint got slower.
 """
 
 from __future__ import annotations
