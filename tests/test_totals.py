@@ -116,6 +116,18 @@ def test_totals_of_a_large_import_are_computed_in_one_pass(fresh_db, tmp_path):
     assert hourly == totals_from_builds(conn, US_PER_HOUR)
     assert daily == totals_from_builds(conn, US_PER_DAY)
     assert usage == daily_from_builds(conn)
+    # A second large import moves every other build to another hour and status, and adds as many again.
+    again = [
+        record(i + 1, create_time=ORIGIN + timedelta(hours=i // 2, minutes=i % 60), cpu_seconds=2 * i,
+               build_status=FINISHED[(i + 3) % len(FINISHED)])
+        for i in range(0, 2 * hours, 2)
+    ]
+    import_files(conn, [write_jsonl(tmp_path / "again.jsonl", again)], 0)
+    hourly, daily, usage = stored_totals(conn)
+    assert hourly == totals_from_builds(conn, US_PER_HOUR)
+    assert daily == totals_from_builds(conn, US_PER_DAY)
+    assert usage == daily_from_builds(conn)
+    assert conn.execute("SELECT count(*) FROM builds").fetchone()[0] == hours + hours // 2
 
 
 # --- a summary over any window equals the computation from the builds alone -------------------------

@@ -19,6 +19,14 @@ SELECT account_id, create_us - create_us % {period}, status, count(*), sum(cpu_s
        coalesce(sum(duration_us), 0), sum(nar_size_bytes), min(start_us), max(stop_us)
 FROM builds WHERE account_id = ? {where} GROUP BY 1, 2, 3
 """
+# A day's totals are its hours' totals added up: sums add, and the first start and last stop are the least and
+# greatest of its hours'. That reads at most 24 rows where the day's builds would be read: a large import is
+# spared one pass over every build of the account (about 2 s for a million builds).
+_DAYS_FROM_HOURS = f"""
+SELECT account_id, period_us - period_us % {US_PER_DAY}, status, sum(builds), sum(cpu_seconds), sum(duration_us),
+       sum(nar_size_bytes), min(first_start_us), max(last_stop_us)
+FROM hourly_totals WHERE account_id = ? {{where}} GROUP BY 1, 2, 3
+"""
 _TOTALS_INSERT = (
     "INSERT INTO {table} (account_id, period_us, status, builds, cpu_seconds, duration_us, nar_size_bytes,"
     " first_start_us, last_stop_us) "
@@ -46,15 +54,20 @@ def _by_account(keys: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
 
 
 def recompute_totals(conn: sqlite3.Connection, totals: tuple[str, int], keys: Iterable[tuple[int, int]]) -> None:
-    """Rebuild the totals of each (account, period start) from the builds created in that period."""
+    """Rebuild the totals of each (account, period start) from the builds created in that period; daily totals
+    from the hourly ones, which must be in step first."""
     table, period = totals
     insert = _TOTALS_INSERT.format(table=table)
+    if totals == DAILY:
+        source, column = _DAYS_FROM_HOURS, "period_us"
+    else:
+        source, column = _TOTALS_SELECT.format(period=period, where="{where}"), "create_us"
     for account_id, starts in _by_account({(a, t - t % period) for a, t in keys}).items():
         if len(starts) > FULL_RECOMPUTE_THRESHOLD:
             conn.execute(f"DELETE FROM {table} WHERE account_id = ?", (account_id,))
-            conn.execute(insert + _TOTALS_SELECT.format(period=period, where=""), (account_id,))
+            conn.execute(insert + source.format(where=""), (account_id,))
             continue
-        select = _TOTALS_SELECT.format(period=period, where="AND create_us >= ? AND create_us < ?")
+        select = source.format(where=f"AND {column} >= ? AND {column} < ?")
         for start in starts:
             conn.execute(f"DELETE FROM {table} WHERE account_id = ? AND period_us = ?", (account_id, start))
             conn.execute(insert + select, (account_id, start, start + period))
