@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from buildreport.models import UNFINISHED, ImportRecord
-from buildreport.store import Connection, after_bulk_write
+from buildreport.store import Connection, after_bulk_write, bulk_write
 from buildreport.store.writer import BuildWriter, WriteStats
 from buildreport.times import to_us
 
@@ -25,7 +25,6 @@ LATEST_DATE = date(9899, 12, 31)
 LATEST_US = to_us(datetime(9899, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
 ZERO = timedelta(0)
 MAX_REPORTED_ERRORS = 1000
-IMPORT_CACHE_KIB = 1024 * 1024
 
 
 # Untracked by the garbage collector: an import keeps one per build (to name a repeated build_id), and a
@@ -192,25 +191,24 @@ def import_files(
     def conflict(location: object, field: str, reason: str) -> None:
         errors.append(RecordError(location, field, reason))  # type: ignore[arg-type]
 
-    # A large import touches every index page; a page cache of up to 1 GiB keeps them in memory for this connection.
-    conn.execute(f"PRAGMA cache_size = -{IMPORT_CACHE_KIB}")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        writer = BuildWriter(conn, conflict, now_us)
-        count = 0
-        for location, record in read_records(paths, errors):
-            count += 1
+    with bulk_write(conn):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            writer = BuildWriter(conn, conflict, now_us)
+            count = 0
+            for location, record in read_records(paths, errors):
+                count += 1
+                if not errors:
+                    writer.add(location, transform(record) if transform is not None else record)
+                if on_progress is not None and count % 1000 == 0:
+                    on_progress(count)
             if not errors:
-                writer.add(location, transform(record) if transform is not None else record)
-            if on_progress is not None and count % 1000 == 0:
-                on_progress(count)
-        if not errors:
-            writer.finish()
-        if errors:
-            raise ImportFailed(errors[:MAX_REPORTED_ERRORS], len(errors))
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
+                writer.finish()
+            if errors:
+                raise ImportFailed(errors[:MAX_REPORTED_ERRORS], len(errors))
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
     after_bulk_write(conn, writer.stats.created + writer.stats.updated)
     return ImportResult(records=count, stats=writer.stats, seconds=time.perf_counter() - started)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import subprocess
+import time
 
 import msgspec
-from conftest import record, write_jsonl
+import pytest
+from conftest import buildreport_command, record, write_jsonl
 from records import WITHOUT_STATS_COLUMNS, WITHOUT_TAG_FIGURES
 
-from buildreport.ingest import import_files
+from buildreport.ingest import ImportFailed, import_files
 from buildreport.models import Build
 from buildreport.store.sqlite.schema import SCHEMA_VERSION, open_database
 from buildreport.store.writer import body_hash
@@ -136,3 +140,109 @@ def test_migration_adds_status_to_stored_builds_exactly_as_a_fresh_import_writes
     conn = sqlite3.connect(tmp_path / "t.db")
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
+
+
+# --- a large write into a database with no builds -----------------------------------------------------
+
+FULL, NORMAL = 2, 1  # PRAGMA synchronous
+
+
+def _settings(conn) -> tuple[str, int]:
+    return conn.execute("PRAGMA journal_mode").fetchone()[0], conn.execute("PRAGMA synchronous").fetchone()[0]
+
+
+def _import_watching(conn, path) -> set[tuple[str, int]]:
+    """Import `path`; the journal mode and synchronous setting seen as each record was written."""
+    seen = set()
+
+    def watch(imported):
+        seen.add(_settings(conn))
+        return imported
+
+    import_files(conn, [path], 0, transform=watch)
+    return seen
+
+
+def _count(db) -> int:
+    conn = sqlite3.connect(db)
+    (count,) = conn.execute("SELECT count(*) FROM builds").fetchone()
+    conn.close()
+    return count
+
+
+def test_an_import_into_a_database_with_no_builds_goes_through_a_rollback_journal_then_wal_again(tmp_path):
+    db = tmp_path / "t.db"
+    conn = open_database(db)
+    seen = _import_watching(conn, write_jsonl(tmp_path / "a.jsonl", [record(i) for i in range(1, 4)]))
+    assert seen == {("delete", FULL)}
+    assert _settings(conn) == ("wal", NORMAL)
+    assert conn.execute("PRAGMA cache_size").fetchone()[0] == -32768
+    assert not (tmp_path / "t.db-journal").exists()
+    conn.close()
+    assert _count(db) == 3
+
+
+def test_an_import_into_a_database_with_builds_keeps_the_log(tmp_path):
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", [record(1)])], 0)
+    assert _import_watching(conn, write_jsonl(tmp_path / "b.jsonl", [record(2)])) == {("wal", NORMAL)}
+    conn.close()
+
+
+def test_an_import_while_another_connection_has_the_database_open_keeps_the_log(tmp_path):
+    db = tmp_path / "t.db"
+    conn = open_database(db)
+    reader = sqlite3.connect(db)
+    assert reader.execute("SELECT count(*) FROM builds").fetchone() == (0,)
+    assert _import_watching(conn, write_jsonl(tmp_path / "a.jsonl", [record(1), record(2)])) == {("wal", NORMAL)}
+    assert reader.execute("SELECT count(*) FROM builds").fetchone() == (2,)
+    reader.close()
+    conn.close()
+
+
+def test_a_refused_import_into_a_new_database_writes_nothing_and_leaves_wal(tmp_path):
+    db = tmp_path / "t.db"
+    conn = open_database(db)
+    with pytest.raises(ImportFailed):
+        import_files(conn, [write_jsonl(tmp_path / "a.jsonl", [record(1), record(2, build_status="unknown")])], 0)
+    assert _settings(conn) == ("wal", NORMAL)
+    conn.close()
+    assert _count(db) == 0
+    assert not (tmp_path / "t.db-journal").exists()
+
+
+def test_a_database_left_with_a_rollback_journal_is_set_to_wal_when_opened(tmp_path):
+    db = tmp_path / "t.db"
+    open_database(db).close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode = DELETE").fetchone() == ("delete",)
+    conn.close()
+    conn = open_database(db)
+    assert _settings(conn) == ("wal", NORMAL)
+    conn.close()
+
+
+def test_an_import_killed_half_way_into_a_new_database_leaves_it_whole_and_empty(tmp_path):
+    db = tmp_path / "t.db"
+    path = write_jsonl(tmp_path / "big.jsonl", [record(i, tags={"run": str(i)}) for i in range(1, 100_001)])
+    process = subprocess.Popen([*buildreport_command(), "import", "--db", str(db), str(path)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "t.db-journal").exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # well into the writes
+        assert process.poll() is None, "the import ended before it could be killed"
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    conn = sqlite3.connect(db)  # the first reader rolls back what the journal holds
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert conn.execute("SELECT count(*) FROM builds").fetchone() == (0,)
+    conn.close()
+    conn = open_database(db)
+    assert _settings(conn) == ("wal", NORMAL)
+    import_files(conn, [write_jsonl(tmp_path / "small.jsonl", [record(1)])], 0)
+    conn.close()
+    assert _count(db) == 1

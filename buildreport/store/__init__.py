@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from buildreport.store.errors import DatabaseError
@@ -68,6 +69,19 @@ def connect(db: str) -> Any:
     from buildreport.store.sqlite.schema import connect_existing
 
     return connect_existing(db)
+
+
+@contextmanager
+def bulk_write(conn: Any) -> Iterator[None]:
+    """Around one large write transaction: SQLite's settings for it (sqlite.schema.bulk_write); PostgreSQL
+    needs none."""
+    if getattr(conn, "engine", None) == "postgresql":
+        yield
+        return
+    from buildreport.store.sqlite.schema import bulk_write as sqlite_bulk_write
+
+    with sqlite_bulk_write(conn):
+        yield
 
 
 def after_bulk_write(conn: Any, builds_written: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -194,6 +195,9 @@ FROM old.tokens t JOIN old.accounts a USING (account_id)
 """
 
 
+# How long a connection waits for another's lock before it fails.
+BUSY_TIMEOUT_MS = 10_000
+
 # Settings every connection needs: a busy timeout so readers and the importer wait for each other,
 # foreign keys, and a page cache large enough for the hot part of the indexes.
 #
@@ -202,7 +206,7 @@ FROM old.tokens t JOIN old.accounts a USING (account_id)
 # took 28.6 s through a map and 2.6 s with reads (0.2 s oldest first, either way); with the pages
 # cached, the two are alike.
 CONNECTION_PRAGMAS = (
-    "PRAGMA busy_timeout = 10000",
+    f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",
     "PRAGMA foreign_keys = ON",
     "PRAGMA synchronous = NORMAL",
     "PRAGMA cache_size = -32768",
@@ -213,6 +217,46 @@ CONNECTION_PRAGMAS = (
 def configure(conn: sqlite3.Connection) -> None:
     for pragma in CONNECTION_PRAGMAS:
         conn.execute(pragma)
+
+
+# A large write touches every index page; a page cache of up to 1 GiB keeps them in memory for its connection.
+BULK_CACHE_KIB = 1024 * 1024
+
+
+@contextlib.contextmanager
+def bulk_write(conn: sqlite3.Connection) -> Iterator[None]:
+    """Around one large write transaction (an import).
+
+    Into a database that holds no builds yet and that no other connection has open, the transaction goes
+    through a rollback journal (synchronous FULL) instead of the write-ahead log. A rollback journal keeps
+    the old content of the pages a transaction changes, and a database with no builds has next to none: the
+    new pages are written once, into the database file, where the log writes them all and a checkpoint then
+    copies them into the database. A million builds imported in 55 s rather than 64 s. A database with
+    builds keeps the log, whose readers go on reading while the import writes. WAL is set again after.
+    """
+    conn.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
+    journal = conn.execute("SELECT 1 FROM builds LIMIT 1").fetchone() is None and _journal(conn, "delete", 0)
+    if journal:
+        conn.execute("PRAGMA synchronous = FULL")  # a power cut leaves the database whole, as with the log
+    try:
+        yield
+    finally:
+        configure(conn)
+        if journal:
+            # A connection that opened the file since may hold it for a moment. Should the switch not take,
+            # the database is whole all the same, and the next open_database sets WAL.
+            _journal(conn, "wal", BUSY_TIMEOUT_MS)
+
+
+def _journal(conn: sqlite3.Connection, mode: str, wait_ms: int) -> bool:
+    """Switch the database's journal mode; False when another connection holds the file open."""
+    conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
+    try:
+        return conn.execute(f"PRAGMA journal_mode = {mode}").fetchone()[0] == mode
+    except sqlite3.OperationalError:  # "database is locked"
+        return False
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
 def check_version(
@@ -248,8 +292,13 @@ def migrate(
     conn.create_aggregate("buildreport_day_figures", 3, day_figures.Aggregate)
     latest = len(migrations)
     version = check_version(conn, path, app_id, latest)
-    if version < latest and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        conn.execute("PRAGMA journal_mode = WAL")
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        if version < latest:
+            conn.execute("PRAGMA journal_mode = WAL")
+        else:
+            # An import into it runs with a rollback journal (see bulk_write) and sets WAL when done; this sets it
+            # if that import could not, and leaves it to the import while it runs.
+            _journal(conn, "wal", 0)
     while version < latest:
         conn.execute("BEGIN IMMEDIATE")
         try:
