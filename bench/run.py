@@ -286,10 +286,30 @@ class Bench:
                 "builds_per_s_net": round(self.builds / net), "source_bytes": source.stat().st_size,
                 "measured_at": iso(datetime.now(UTC))}
 
+    def package_tree(self) -> str | None:
+        """Git's hash of the package's files as committed: imports measured on other code are not reused."""
+        tree = subprocess.run(["git", "rev-parse", "HEAD:buildreport"], capture_output=True, text=True, cwd=ROOT)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "buildreport"], capture_output=True, text=True,
+                               cwd=ROOT)
+        if tree.returncode != 0 or dirty.stdout.strip():
+            return None
+        return tree.stdout.strip()
+
+    def cached_imports(self, tree: str | None) -> dict[str, Any] | None:
+        """Today's import figures and database, when they were measured on the same package files."""
+        if tree is None or not (self.meta.exists() and self.db.exists()):
+            return None
+        figures = json.loads(self.meta.read_text())
+        if any(entry.get("package_tree") != tree for entry in figures.values()):
+            self.say("today's cached import was measured on other code; importing again")
+            return None
+        return figures
+
     def imports(self) -> None:
         started = time.perf_counter()
-        if self.meta.exists() and self.db.exists():
-            figures = json.loads(self.meta.read_text())
+        tree = self.package_tree()
+        figures = self.cached_imports(tree)
+        if figures is not None:
             for entry in figures.values():
                 entry["cached"] = True
             self.commands.append(rel([*self.cli, "import", "--db", str(self.db), str(self.logs_file)]))
@@ -308,6 +328,8 @@ class Bench:
             finally:
                 remove_files(nolog_db)
             figures = {"with_logs": with_logs, "without_logs": without_logs}
+            for entry in figures.values():
+                entry["package_tree"] = tree
             self.meta.write_text(json.dumps(figures, indent=2))
             for entry in figures.values():
                 entry["cached"] = False
