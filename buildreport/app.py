@@ -144,7 +144,7 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
     return Litestar(
         route_handlers=[
             api_router(auth),
-            web_router(_link_limits(settings)),
+            web_router(),
             dashboard_router(),
             metrics_router(),
             healthz,
@@ -167,7 +167,9 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
         ],
         exception_handlers={Exception: _internal_problem},
         openapi_config=_openapi(),
-        state=State({"settings": settings, "signer": signer, "dashboard_signer": DashboardSigner(keys)}),
+        # `link_limits` counts the signed page's and log's requests, routed or answered before routing.
+        state=State({"settings": settings, "signer": signer, "dashboard_signer": DashboardSigner(keys),
+                     "link_limits": _link_limits(settings)}),
         logging_config=None,
         debug=False,
     )

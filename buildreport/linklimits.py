@@ -48,6 +48,14 @@ class LinkLimits:
         self._streaming: dict[str, int] = {}
         self._streaming_total = 0
 
+    def admits(self, client: str, now: float | None = None) -> bool:
+        """Whether count_request would count a request of `client` now rather than refuse it; counts nothing."""
+        if self.per_minute <= 0:
+            return True
+        now = time.time() if now is None else now
+        start, used = self._windows.get(client, (int(now // 60), 0))
+        return start != int(now // 60) or used < self.per_minute
+
     def count_request(self, client: str, now: float | None = None) -> None:
         """Count one request of a client address in its fixed one-minute window; TooMany once it is used up."""
         if self.per_minute <= 0:

@@ -26,6 +26,7 @@ import anyio.to_thread
 import msgspec
 from jinja2 import DictLoader, Environment, StrictUndefined
 from litestar import Request, Response, Router, get
+from litestar.datastructures import State
 from litestar.middleware import ASGIMiddleware
 from litestar.params import PathParameter
 from litestar.response import Stream
@@ -62,6 +63,7 @@ PAGE_HEADERS = {
     "X-Robots-Tag": "noindex, nofollow",
 }
 HTML = "text/html"  # Litestar adds "; charset=utf-8" to text types
+_HTML_TYPE = (b"content-type", b"text/html; charset=utf-8")
 TEXT = "text/plain"
 
 logger = logging.getLogger("buildreport.web")
@@ -173,7 +175,11 @@ def _prefix(request: Request[Any, Any, Any]) -> str:
 
 def render_page(request: Request[Any, Any, Any], template: str, **values: Any) -> bytes:
     """A page from the templates, its stylesheet and icons linked under the service's path."""
-    prefix = _prefix(request)
+    return render_under(_prefix(request), template, **values)
+
+
+def render_under(prefix: str, template: str, **values: Any) -> bytes:
+    """A page from the templates, its stylesheet and icons linked under `prefix`, the service's path."""
 
     def static(name: str) -> str:
         return f"{prefix}/b/static/{name}?v={_STATIC_VERSION[name]}"
@@ -196,29 +202,36 @@ Token = Annotated[str, PathParameter(description="A signed build link.")]
 
 
 def _page_error(request: Request[Any, Any, Any], exc: LinkPage) -> Response[bytes]:
-    return _render(
-        request, "error.html", exc.status, exc.headers, icon="link", status_code=exc.status, **exc.template_vars
-    )
+    return Response(content=_error_page(_prefix(request), exc), status_code=exc.status, media_type=HTML,
+                    headers={**PAGE_HEADERS, **exc.headers})
+
+
+def _error_page(prefix: str, exc: LinkPage) -> bytes:
+    return render_under(prefix, "error.html", icon="link", status_code=exc.status, **exc.template_vars)
+
+
+def client_of(scope: Scope) -> str:
+    """The client address a request's pages and logs are counted against."""
+    return client_key(str(scope["client"][0])) if scope.get("client") else "-"
 
 
 class LinkLimitMiddleware(ASGIMiddleware):
-    """Requests a minute per client address to pages and logs, and raw-log streams held at once (linklimits.py)."""
-
-    def __init__(self, limits: LinkLimits) -> None:
-        self.limits = limits
+    """Requests a minute per client address to pages and logs, and raw-log streams held at once (linklimits.py).
+    The limits are the application's `link_limits`, which the page's answer before routing counts against too."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         opt = scope["route_handler"].opt
-        if opt.get("unlimited"):
+        limits: LinkLimits | None = getattr(scope["app"].state, "link_limits", None)
+        if opt.get("unlimited") or limits is None:
             await next_app(scope, receive, send)
             return
-        client = client_key(str(scope["client"][0])) if scope.get("client") else "-"
+        client = client_of(scope)
         try:
-            self.limits.count_request(client)
+            limits.count_request(client)
             if not opt.get("log_stream"):
                 await next_app(scope, receive, send)
                 return
-            with self.limits.stream(client):
+            with limits.stream(client):
                 await next_app(scope, receive, send)
         except TooMany as exc:
             raise LinkPage(
@@ -228,16 +241,16 @@ class LinkLimitMiddleware(ASGIMiddleware):
             ) from None
 
 
-async def _open_link(request: Request[Any, Any, Any], token: str) -> tuple[LinkClaims, bytes]:
+async def _open_link(state: State, token: str) -> tuple[LinkClaims, bytes]:
     """The claims of a valid, live link and its build's JSON; or a LinkPage to answer instead."""
-    signer: LinkSigner = request.app.state.signer
+    signer: LinkSigner = state.signer
     claims = signer.verify(token)
     if claims is None:
         raise LinkPage(403, {"title": "This link is not valid", "kind": "invalid"})
     if claims.expires_us <= now_us():
         raise LinkPage(410, {"title": "This link has expired", "kind": "expired",
                              "expired": from_us(claims.expires_us), "build_id": claims.build_id})
-    body = await _reader(request).build(claims.account_id, claims.build_id)
+    body = await _reader(state).build(claims.account_id, claims.build_id)
     if body is None:
         raise LinkPage(404, {"title": "Build not found", "kind": "no-build", "build_id": claims.build_id})
     return claims, body
@@ -256,28 +269,53 @@ def _stored_build(body: bytes, build_id: int) -> Build:
 _BUILD = msgspec.json.Decoder(Build)
 
 
-def _reader(request: Request[Any, Any, Any]) -> Reader:
-    return request.app.state.reader
+def _reader(state: State) -> Reader:
+    return state.reader
 
 
-async def _related(request: Request[Any, Any, Any], claims: LinkClaims, build_id: int | None) -> RelatedBuild | None:
+async def _related(state: State, claims: LinkClaims, build_id: int | None) -> RelatedBuild | None:
     """A link to the restarted or restarting build that lives exactly as long as this one."""
     if build_id is None:
         return None
-    signer: LinkSigner = request.app.state.signer
-    url = signer.link_url(request.app.state.settings.base_url, LinkClaims(claims.account_id, build_id,
-                                                                          claims.expires_us))
-    body = await _reader(request).build(claims.account_id, build_id)
+    signer: LinkSigner = state.signer
+    url = signer.link_url(state.settings.base_url, LinkClaims(claims.account_id, build_id, claims.expires_us))
+    body = await _reader(state).build(claims.account_id, build_id)
     status = status_view(_stored_build(body, build_id).build_status) if body is not None else None
     return RelatedBuild(build_id, url, status)
 
 
 @get("/{token:str}", include_in_schema=False)
 async def build_page(request: Request[Any, Any, Any], token: Token) -> Response[bytes]:
-    claims, body = await _open_link(request, token)
+    status, headers, body = await page_answer(request.app.state, token)
+    return Response(content=body, status_code=status, media_type=HTML, headers=headers)
+
+
+async def page_answer(state: State, token: str) -> tuple[int, dict[str, str], bytes]:
+    """The status, headers and HTML of what a signed link opens: its build's page, or the page that says why not."""
+    try:
+        return 200, PAGE_HEADERS, await _build_page(state, token)
+    except LinkPage as exc:
+        return exc.status, {**PAGE_HEADERS, **exc.headers}, _error_page(state.settings.path_prefix, exc)
+
+
+def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+
+
+_RAW_PAGE_HEADERS = _raw(PAGE_HEADERS)
+
+
+def raw_page_headers(headers: dict[str, str], body: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers of a page answer (see page_answer) as its route sends them."""
+    raw = _RAW_PAGE_HEADERS if headers is PAGE_HEADERS else _raw(headers)
+    return [*raw, _HTML_TYPE, (b"content-length", b"%d" % len(body))]
+
+
+async def _build_page(state: State, token: str) -> bytes:
+    claims, body = await _open_link(state, token)
     build = _stored_build(body, claims.build_id)
     status = status_view(build.build_status)
-    stored = await _reader(request).log(claims.account_id, claims.build_id)
+    stored = await _reader(state).log(claims.account_id, claims.build_id)
     log, log_unreadable = None, False
     if stored is not None:
         try:
@@ -288,17 +326,18 @@ async def build_page(request: Request[Any, Any, Any], token: Token) -> Response[
     finished = (
         build.start_time + timedelta(seconds=build.duration_seconds) if build.duration_seconds is not None else None
     )
-    raw = f"{_prefix(request)}/b/{token}/log"
-    return _render(
-        request,
+    prefix = state.settings.path_prefix
+    raw = f"{prefix}/b/{token}/log"
+    return render_under(
+        prefix,
         "build.html",
         icon=status.kind,
         build=build,
         name=derivation_name(build.derivation_path),
         status=status,
         finished=finished,
-        restart_of=await _related(request, claims, build.restart_of_build_id),
-        restarted_as=await _related(request, claims, build.restarted_as_build_id),
+        restart_of=await _related(state, claims, build.restart_of_build_id),
+        restarted_as=await _related(state, claims, build.restarted_as_build_id),
         log=log,
         log_unreadable=log_unreadable,
         raw_url=raw,
@@ -328,9 +367,9 @@ def _tail_param(request: Request[Any, Any, Any]) -> int | None:
 
 @get("/{token:str}/log", include_in_schema=False, opt={"log_stream": True})
 async def raw_log(request: Request[Any, Any, Any], token: Token) -> Stream:
-    claims, _ = await _open_link(request, token)
+    claims, _ = await _open_link(request.app.state, token)
     tail = _tail_param(request)
-    stored = await _reader(request).log(claims.account_id, claims.build_id)
+    stored = await _reader(request.app.state).log(claims.account_id, claims.build_id)
     if stored is None:
         raise LinkPage(404, {"title": "No log", "kind": "no-log", "build_id": claims.build_id})
     blob = stored[1]
@@ -367,11 +406,11 @@ async def static_file(name: Annotated[str, PathParameter()]) -> Response[bytes]:
     return Response(content=STATIC[name], media_type=_STATIC_TYPES[suffix], headers=headers)
 
 
-def web_router(limits: LinkLimits | None = None) -> Router:
+def web_router() -> Router:
     return Router(
         path="/b",
         route_handlers=[static_file, build_page, raw_log],
-        middleware=[LinkLimitMiddleware(limits)] if limits is not None else [],
+        middleware=[LinkLimitMiddleware()],
         exception_handlers={LinkPage: _page_error},
         include_in_schema=False,
     )

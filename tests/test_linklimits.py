@@ -23,6 +23,21 @@ def test_requests_per_client_are_counted_in_one_minute_windows():
     limits.count_request("10.0.0.1", now=660.0)  # the next minute starts afresh
 
 
+def test_admits_tells_what_count_request_would_do_and_counts_nothing():
+    limits = LinkLimits(per_minute=2, streams=4, streams_per_client=2)
+    for _ in range(5):
+        assert limits.admits("10.0.0.1", now=600.0)
+    limits.count_request("10.0.0.1", now=600.0)
+    assert limits.admits("10.0.0.1", now=610.0)
+    limits.count_request("10.0.0.1", now=610.0)
+    assert not limits.admits("10.0.0.1", now=620.0)
+    with pytest.raises(TooMany):
+        limits.count_request("10.0.0.1", now=620.0)
+    assert limits.admits("10.0.0.2", now=620.0)
+    assert limits.admits("10.0.0.1", now=660.0)  # a new minute
+    assert LinkLimits(per_minute=0, streams=1, streams_per_client=1).admits("10.0.0.1")
+
+
 @pytest.mark.parametrize(
     ("address", "key"),
     [

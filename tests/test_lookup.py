@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from conftest import Env, auth, record
@@ -15,10 +15,12 @@ from litestar.testing import TestClient
 from prometheus_client import REGISTRY
 
 from buildreport import answers as answers_module
+from buildreport import web
 from buildreport.api import api_auth
 from buildreport.app import create_app, create_litestar
 from buildreport.envelope import Envelope
 from buildreport.lookup import ReadAnswers
+from buildreport.signing import LinkClaims
 from buildreport.store import open_auth
 
 # Headers that differ between any two answers, or between two within a second (the seconds left of the rate
@@ -352,3 +354,101 @@ def test_the_path_prefix_is_served_before_routing_too(filled: Env) -> None:
         for path in ("/api/v1/builds/1", "/builds/1", "/api/v1/builds/4"):
             assert _answer(served.get(path, headers=read)) == _answer(routed.get(path, headers=read)), path
     assert counting.http_calls == 1  # the missing build; outside the prefix nothing is routed at all
+
+
+# --- the signed build page -------------------------------------------------------------------------
+
+
+def _links(served: TestClient, counting: CountingApp, read: dict[str, str]) -> dict[str, str]:
+    """Paths of signed links: each kind of page a link can open."""
+    signer = counting.state.signer
+    frozen = answers_module.now_us()
+    token = urlsplit(served.get("/builds/1/url", headers=read).json()["url"]).path.rsplit("/", 1)[1]
+    return {
+        "page": f"/b/{token}",
+        "page with a log and restart links": "/b/" + signer.sign(LinkClaims(1, 5, frozen + 60_000_000)),
+        "altered": f"/b/{token[:-2]}xy",
+        "expired": "/b/" + signer.sign(LinkClaims(1, 1, frozen - 1)),
+        "gone": "/b/" + signer.sign(LinkClaims(1, 99, frozen + 60_000_000)),
+        "another account's build": "/b/" + signer.sign(LinkClaims(1, 3, frozen + 60_000_000)),
+        "the static files' folder": "/b/static",
+    }
+
+
+@pytest.fixture
+def paged(filled: Env, monkeypatch: pytest.MonkeyPatch) -> Env:
+    filled.load([record(4, log="one\ntwo\n"), record(5, log="\x1b[31mred\x1b[0m\n", restart_of_build_id=4)])
+    frozen = answers_module.now_us()
+    monkeypatch.setattr(web, "now_us", lambda: frozen)  # the page shows when it was made
+    return filled
+
+
+def test_build_pages_are_answered_before_routing_as_their_route_answers_them(paged: Env) -> None:
+    read = auth(paged.token())
+    served, routed, counting = _pair(paged)
+    with served, routed:
+        links = _links(served, counting, read)
+        statuses = {}
+        for kind, path in links.items():
+            for method in ("GET", "HEAD"):
+                expected = _answer(routed.request(method, path))
+                assert _answer(served.request(method, path)) == expected, (kind, method)
+                statuses[kind] = expected[0]
+        assert counting.http_calls == 2  # the static files' folder, by GET and HEAD
+        # The page's log and static files are the router's.
+        for path in (links["page"] + "/log", "/b/static/style.css"):
+            assert _answer(served.get(path)) == _answer(routed.get(path)), path
+        assert counting.http_calls == 4
+    assert statuses == {"page": 200, "page with a log and restart links": 200, "altered": 403, "expired": 410,
+                        "gone": 404, "another account's build": 404, "the static files' folder": 404}
+
+
+def test_pages_count_once_against_the_clients_pages_a_minute(paged: Env) -> None:
+    read = auth(paged.token())
+    clear_of_a_new_minute()
+    served, routed, counting = _pair(paged, link_rate_limit=3)
+    with served, routed:
+        links = _links(served, counting, read)
+        logged = links["page with a log and restart links"]
+        paths = [links["page"], links["gone"], logged + "/log", logged, links["altered"]]
+        got = [served.get(path) for path in paths]
+        want = [routed.get(path) for path in paths]
+    assert [g.status_code for g in got] == [w.status_code for w in want] == [200, 404, 200, 429, 429]
+    assert [_answer(g) for g in got] == [_answer(w) for w in want]
+    assert counting.http_calls == 3  # the log, and both refusals
+
+
+def test_pages_are_counted_as_the_routes_requests(paged: Env) -> None:
+    read = auth(paged.token())
+    labels = {"method": "GET", "path": "/b/{token}", "app_name": "buildreport"}
+
+    def count(status: int) -> float:
+        return REGISTRY.get_sample_value("buildreport_requests_total", {**labels, "status_code": str(status)}) or 0.0
+
+    served, _, counting = _pair(paged)
+    with served:
+        links = _links(served, counting, read)
+        before = count(200), count(410)
+        for path in (links["page"], links["page"], links["expired"]):
+            served.get(path)
+        assert (count(200) - before[0], count(410) - before[1]) == (2, 1)
+    assert counting.http_calls == 0
+
+
+@pytest.mark.sqlite_only
+def test_a_fault_while_making_a_page_is_answered_by_the_router(
+    paged: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read = auth(paged.token())
+    served, _, counting = _pair(paged)
+    with served:
+        path = _links(served, counting, read)["page"]
+
+        async def failing(account_id: int, build_id: int) -> tuple[int, bytes] | None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(counting.state.reader, "log", failing)
+        response = served.get(path)
+    assert response.status_code == 503
+    assert "disk I/O error" not in response.text and "Traceback" not in response.text
+    assert counting.http_calls == 1
