@@ -26,6 +26,11 @@ RawHeaders = list[tuple[bytes, bytes]]
 _JSON_TYPE = (b"content-type", b"application/json")
 
 
+def raw_headers(headers: dict[str, str]) -> RawHeaders:
+    """Headers as an ASGI answer carries them: lower-case names, bytes."""
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+
+
 def json_headers(body: bytes) -> RawHeaders:
     """The type and length of a JSON body."""
     return [_JSON_TYPE, (b"content-length", b"%d" % len(body))]

@@ -15,7 +15,7 @@ from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, 
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import answers, filters, ingestion, metrics
-from buildreport.answers import Pairs, RawHeaders, json_headers
+from buildreport.answers import Pairs, RawHeaders, json_headers, raw_headers
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.models import (
     Build,
@@ -63,7 +63,7 @@ def _etag_matches(header: str | None, etag: str) -> bool:
     return any(tag.strip().removeprefix("W/") == etag for tag in header.split(","))
 
 
-_RAW_CACHING: RawHeaders = [(name.lower().encode(), value.encode()) for name, value in CACHING.items()]
+_RAW_CACHING = raw_headers(CACHING)
 
 
 def json_answer(
@@ -74,7 +74,7 @@ def json_answer(
     etag = _etag_of(body if digest_of is None else digest_of)
     raw = [(b"etag", etag.encode()), *_RAW_CACHING]
     if headers:
-        raw += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+        raw += raw_headers(headers)
     # Read straight from the ASGI scope: building a headers object costs more than the whole check.
     given = next((v for k, v in request_headers if k == b"if-none-match"), None)
     if given is not None and _etag_matches(given.decode("latin-1"), etag):

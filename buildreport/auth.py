@@ -9,6 +9,7 @@ import msgspec
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from buildreport.answers import raw_headers
 from buildreport.errors import Problem
 from buildreport.store.reader import Reader, TokenRow
 from buildreport.times import US_PER_SECOND
@@ -172,7 +173,7 @@ class AuthMiddleware(ASGIMiddleware):
 
 def with_headers(send: Send, headers: dict[str, str]) -> Send:
     """`send` with `headers` added to the answer's own."""
-    encoded = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    encoded = raw_headers(headers)
 
     async def wrapped(message: Message) -> None:
         if message["type"] == "http.response.start":

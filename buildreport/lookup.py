@@ -100,11 +100,10 @@ class ReadAnswers:
         reader = getattr(self.app.state, "reader", None)  # None until the application has started
         if reader is not None:
             path = scope["path"]
-            page = _PAGE_PATH.fullmatch(path)
             if path == HEALTH:
                 if await self._answer(HEALTH, self._health(send, reader)):
                     return
-            elif page is not None:
+            elif (page := _PAGE_PATH.fullmatch(path)) is not None:
                 if await self._answer(PAGE, self._page(scope, send, page[1])):
                     return
             else:

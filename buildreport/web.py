@@ -33,6 +33,7 @@ from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from buildreport import humanize
+from buildreport.answers import RawHeaders, raw_headers
 from buildreport.errors import Problem, shown
 from buildreport.filters import CANONICAL_INT
 from buildreport.linklimits import LinkLimits, TooMany, client_key
@@ -202,12 +203,14 @@ Token = Annotated[str, PathParameter(description="A signed build link.")]
 
 
 def _page_error(request: Request[Any, Any, Any], exc: LinkPage) -> Response[bytes]:
-    return Response(content=_error_page(_prefix(request), exc), status_code=exc.status, media_type=HTML,
-                    headers={**PAGE_HEADERS, **exc.headers})
+    status, headers, body = _error_answer(_prefix(request), exc)
+    return Response(content=body, status_code=status, media_type=HTML, headers=headers)
 
 
-def _error_page(prefix: str, exc: LinkPage) -> bytes:
-    return render_under(prefix, "error.html", icon="link", status_code=exc.status, **exc.template_vars)
+def _error_answer(prefix: str, exc: LinkPage) -> tuple[int, dict[str, str], bytes]:
+    """The status, headers and HTML of the page that says why a link shows no build."""
+    body = render_under(prefix, "error.html", icon="link", status_code=exc.status, **exc.template_vars)
+    return exc.status, {**PAGE_HEADERS, **exc.headers}, body
 
 
 def client_of(scope: Scope) -> str:
@@ -221,8 +224,8 @@ class LinkLimitMiddleware(ASGIMiddleware):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         opt = scope["route_handler"].opt
-        limits: LinkLimits | None = getattr(scope["app"].state, "link_limits", None)
-        if opt.get("unlimited") or limits is None:
+        limits: LinkLimits = scope["app"].state.link_limits
+        if opt.get("unlimited"):
             await next_app(scope, receive, send)
             return
         client = client_of(scope)
@@ -295,20 +298,12 @@ async def page_answer(state: State, token: str) -> tuple[int, dict[str, str], by
     try:
         return 200, PAGE_HEADERS, await _build_page(state, token)
     except LinkPage as exc:
-        return exc.status, {**PAGE_HEADERS, **exc.headers}, _error_page(state.settings.path_prefix, exc)
+        return _error_answer(state.settings.path_prefix, exc)
 
 
-def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
-    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-
-
-_RAW_PAGE_HEADERS = _raw(PAGE_HEADERS)
-
-
-def raw_page_headers(headers: dict[str, str], body: bytes) -> list[tuple[bytes, bytes]]:
+def raw_page_headers(headers: dict[str, str], body: bytes) -> RawHeaders:
     """The headers of a page answer (see page_answer) as its route sends them."""
-    raw = _RAW_PAGE_HEADERS if headers is PAGE_HEADERS else _raw(headers)
-    return [*raw, _HTML_TYPE, (b"content-length", b"%d" % len(body))]
+    return [*raw_headers(headers), _HTML_TYPE, (b"content-length", b"%d" % len(body))]
 
 
 async def _build_page(state: State, token: str) -> bytes:
