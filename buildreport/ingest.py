@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from buildreport.models import UNFINISHED, ImportRecord
-from buildreport.store import Connection, after_bulk_write, bulk_write
+from buildreport.store import Connection, after_bulk_write, bulk_write, deferred_indexes
 from buildreport.store.writer import BuildWriter, WriteStats
 from buildreport.times import to_us
 
@@ -174,6 +174,11 @@ def _read_error(exc: BaseException) -> str:
     return f"cannot be read: {exc or type(exc).__name__}"
 
 
+def _refuse_if(errors: list[RecordError]) -> None:
+    if errors:
+        raise ImportFailed(errors[:MAX_REPORTED_ERRORS], len(errors))
+
+
 def import_files(
     conn: Connection,
     paths: list[Path],
@@ -196,16 +201,18 @@ def import_files(
         try:
             writer = BuildWriter(conn, conflict, now_us)
             count = 0
-            for location, record in read_records(paths, errors):
-                count += 1
+            with deferred_indexes(conn):
+                for location, record in read_records(paths, errors):
+                    count += 1
+                    if not errors:
+                        writer.add(location, transform(record) if transform is not None else record)
+                    if on_progress is not None and count % 1000 == 0:
+                        on_progress(count)
                 if not errors:
-                    writer.add(location, transform(record) if transform is not None else record)
-                if on_progress is not None and count % 1000 == 0:
-                    on_progress(count)
-            if not errors:
-                writer.finish()
-            if errors:
-                raise ImportFailed(errors[:MAX_REPORTED_ERRORS], len(errors))
+                    writer.flush()  # every build is in before the indexes are made and the totals read them
+                _refuse_if(errors)
+            writer.finish()
+            _refuse_if(errors)
             conn.commit()
         except BaseException:
             conn.rollback()

@@ -35,6 +35,21 @@ TEST_KEY = "test-signing-key-0123456789-abcdefghijklmnopqrstuvwxyz"
 ENGINES = ("sqlite", "postgresql")
 
 
+SERVERS = pytest.StashKey[list["Server"]]()
+LOG_TAIL_CHARS = 20_000
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report carries the end of the log of every server it started."""
+    report = yield
+    if report.failed:
+        for server in item.stash.get(SERVERS, []):
+            text = server.log.read_text(errors="replace") if server.log.exists() else "(no log)"
+            report.sections.append((f"server log {server.url}", text[-LOG_TAIL_CHARS:]))
+    return report
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests of the SQLite engine's own behaviour run on SQLite alone."""
     kept, dropped = [], []
@@ -268,8 +283,9 @@ def start_server(
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[..., Server]]:
+def serve(request: pytest.FixtureRequest) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
+    request.node.stash[SERVERS] = started  # their logs go into the report of a test that fails
 
     def _start(db: Path, *args: str, **kwargs: Any) -> Server:
         server = start_server(db, *args, **kwargs)

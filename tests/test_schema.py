@@ -14,7 +14,7 @@ from records import WITHOUT_STATS_COLUMNS, WITHOUT_TAG_FIGURES
 
 from buildreport.ingest import ImportFailed, import_files
 from buildreport.models import Build
-from buildreport.store.sqlite.schema import SCHEMA_VERSION, open_database
+from buildreport.store.sqlite.schema import DEFERRED_INDEXES, SCHEMA_VERSION, open_database
 from buildreport.store.writer import body_hash
 
 STATUS_MIGRATION = 2  # the version whose builds carry `status` beside `build_status`
@@ -163,6 +163,22 @@ def _import_watching(conn, path) -> set[tuple[str, int]]:
     return seen
 
 
+def _indexes(conn) -> list[tuple[str, str]]:
+    return conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name").fetchall()
+
+
+def _indexes_watching(conn, path) -> set[frozenset[str]]:
+    """Import `path`; the names of the indexes there were as each record was written."""
+    seen = set()
+
+    def watch(imported):
+        seen.add(frozenset(name for name, _ in _indexes(conn)))
+        return imported
+
+    import_files(conn, [path], 0, transform=watch)
+    return seen
+
+
 def _count(db) -> int:
     conn = sqlite3.connect(db)
     (count,) = conn.execute("SELECT count(*) FROM builds").fetchone()
@@ -211,6 +227,42 @@ def test_a_refused_import_into_a_new_database_writes_nothing_and_leaves_wal(tmp_
     assert not (tmp_path / "t.db-journal").exists()
 
 
+def test_an_import_into_a_database_with_no_builds_makes_the_indexes_it_does_not_read_once_its_builds_are_in(
+    tmp_path,
+):
+    conn = open_database(tmp_path / "t.db")
+    fresh = _indexes(conn)
+    assert set(DEFERRED_INDEXES) <= {name for name, _ in fresh}
+    records = [record(i, derivation_path=f"/nix/store/{i:032d}-p.drv", tags={"run": str(i % 7)}) for i in range(1, 51)]
+    seen = _indexes_watching(conn, write_jsonl(tmp_path / "a.jsonl", records))
+    assert seen == {frozenset(name for name, _ in fresh) - set(DEFERRED_INDEXES)}
+    assert _indexes(conn) == fresh  # the same definitions, as a fresh database has them
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)  # every index holds every build
+    conn.close()
+
+
+def test_an_import_into_a_database_with_builds_keeps_every_index_up_as_it_writes(tmp_path):
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", [record(1)])], 0)
+    fresh = _indexes(conn)
+    assert _indexes_watching(conn, write_jsonl(tmp_path / "b.jsonl", [record(2), record(3)])) == {
+        frozenset(name for name, _ in fresh)
+    }
+    assert _indexes(conn) == fresh
+    conn.close()
+
+
+def test_a_refused_import_into_a_new_database_leaves_every_index_in_place(tmp_path):
+    conn = open_database(tmp_path / "t.db")
+    fresh = _indexes(conn)
+    late_error = [*(record(i) for i in range(1, 2501)), record(2501, build_status="unknown")]  # after a batch is in
+    with pytest.raises(ImportFailed):
+        import_files(conn, [write_jsonl(tmp_path / "a.jsonl", late_error)], 0)
+    assert _indexes(conn) == fresh
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
+
+
 def test_a_database_left_with_a_rollback_journal_is_set_to_wal_when_opened(tmp_path):
     db = tmp_path / "t.db"
     open_database(db).close()
@@ -240,6 +292,7 @@ def test_an_import_killed_half_way_into_a_new_database_leaves_it_whole_and_empty
     conn = sqlite3.connect(db)  # the first reader rolls back what the journal holds
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert conn.execute("SELECT count(*) FROM builds").fetchone() == (0,)
+    assert set(DEFERRED_INDEXES) <= {name for name, _ in _indexes(conn)}  # dropped by the lost transaction alone
     conn.close()
     conn = open_database(db)
     assert _settings(conn) == ("wal", NORMAL)

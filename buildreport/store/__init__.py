@@ -84,6 +84,19 @@ def bulk_write(conn: Any) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def deferred_indexes(conn: Any) -> Iterator[None]:
+    """Inside a large write's transaction: indexes the writes do not read are made once, after them, when the
+    database had no builds (sqlite.schema.deferred_indexes); PostgreSQL keeps its indexes up as it writes."""
+    if getattr(conn, "engine", None) == "postgresql":
+        yield
+        return
+    from buildreport.store.sqlite.schema import deferred_indexes as sqlite_deferred_indexes
+
+    with sqlite_deferred_indexes(conn):
+        yield
+
+
 def after_bulk_write(conn: Any, builds_written: int) -> None:
     """The engine's upkeep after a large committed write: PostgreSQL's planner statistics are brought up to
     date; SQLite plans from its indexes alone and needs nothing."""
