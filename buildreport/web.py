@@ -195,16 +195,18 @@ def _render(
     headers: dict[str, str] | None = None,
     **values: Any,
 ) -> Response[bytes]:
-    body = render_page(request, template, **values)
-    return Response(content=body, status_code=code, media_type=HTML, headers={**PAGE_HEADERS, **(headers or {})})
+    return _html(code, {**PAGE_HEADERS, **(headers or {})}, render_page(request, template, **values))
+
+
+def _html(status: int, headers: dict[str, str], body: bytes) -> Response[bytes]:
+    return Response(content=body, status_code=status, media_type=HTML, headers=headers)
 
 
 Token = Annotated[str, PathParameter(description="A signed build link.")]
 
 
 def _page_error(request: Request[Any, Any, Any], exc: LinkPage) -> Response[bytes]:
-    status, headers, body = _error_answer(_prefix(request), exc)
-    return Response(content=body, status_code=status, media_type=HTML, headers=headers)
+    return _html(*_error_answer(_prefix(request), exc))
 
 
 def _error_answer(prefix: str, exc: LinkPage) -> tuple[int, dict[str, str], bytes]:
@@ -289,8 +291,7 @@ async def _related(state: State, claims: LinkClaims, build_id: int | None) -> Re
 
 @get("/{token:str}", include_in_schema=False)
 async def build_page(request: Request[Any, Any, Any], token: Token) -> Response[bytes]:
-    status, headers, body = await page_answer(request.app.state, token)
-    return Response(content=body, status_code=status, media_type=HTML, headers=headers)
+    return _html(*await page_answer(request.app.state, token))
 
 
 async def page_answer(state: State, token: str) -> tuple[int, dict[str, str], bytes]:

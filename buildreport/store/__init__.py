@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from buildreport.store.errors import DatabaseError
@@ -71,30 +71,24 @@ def connect(db: str) -> Any:
     return connect_existing(db)
 
 
-@contextmanager
-def bulk_write(conn: Any) -> Iterator[None]:
+def bulk_write(conn: Any) -> AbstractContextManager[None]:
     """Around one large write transaction: SQLite's settings for it (sqlite.schema.bulk_write); PostgreSQL
     needs none."""
     if getattr(conn, "engine", None) == "postgresql":
-        yield
-        return
+        return nullcontext()
     from buildreport.store.sqlite.schema import bulk_write as sqlite_bulk_write
 
-    with sqlite_bulk_write(conn):
-        yield
+    return sqlite_bulk_write(conn)
 
 
-@contextmanager
-def deferred_indexes(conn: Any) -> Iterator[None]:
+def deferred_indexes(conn: Any) -> AbstractContextManager[None]:
     """Inside a large write's transaction: indexes the writes do not read are made once, after them, when the
     database had no builds (sqlite.schema.deferred_indexes); PostgreSQL keeps its indexes up as it writes."""
     if getattr(conn, "engine", None) == "postgresql":
-        yield
-        return
+        return nullcontext()
     from buildreport.store.sqlite.schema import deferred_indexes as sqlite_deferred_indexes
 
-    with sqlite_deferred_indexes(conn):
-        yield
+    return sqlite_deferred_indexes(conn)
 
 
 def after_bulk_write(conn: Any, builds_written: int) -> None:

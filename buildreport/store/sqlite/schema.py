@@ -235,7 +235,7 @@ def bulk_write(conn: sqlite3.Connection) -> Iterator[None]:
     builds keeps the log, whose readers go on reading while the import writes. WAL is set again after.
     """
     conn.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
-    journal = conn.execute("SELECT 1 FROM builds LIMIT 1").fetchone() is None and _journal(conn, "delete", 0)
+    journal = not _holds_builds(conn) and _journal(conn, "delete", 0)
     if journal:
         conn.execute("PRAGMA synchronous = FULL")  # a power cut leaves the database whole, as with the log
     try:
@@ -258,7 +258,7 @@ DEFERRED_INDEXES = ("builds_by_time", "builds_by_derivation", "builds_by_stop", 
 def deferred_indexes(conn: sqlite3.Connection) -> Iterator[None]:
     """Inside an import's transaction into a database with no builds: the block writes its builds without
     DEFERRED_INDEXES, which are made again when it ends. A block that raises leaves them to the rollback."""
-    if conn.execute("SELECT 1 FROM builds LIMIT 1").fetchone() is not None:
+    if _holds_builds(conn):
         yield
         return
     marks = ",".join("?" * len(DEFERRED_INDEXES))
@@ -270,6 +270,10 @@ def deferred_indexes(conn: sqlite3.Connection) -> Iterator[None]:
     yield
     for _, sql in made:
         conn.execute(sql)
+
+
+def _holds_builds(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM builds LIMIT 1").fetchone() is not None
 
 
 def _journal(conn: sqlite3.Connection, mode: str, wait_ms: int) -> bool:
