@@ -10,6 +10,7 @@ effect is caught by checking the parent afterwards.
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing
 import os
 import signal
@@ -18,6 +19,7 @@ import threading
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
+log = logging.getLogger("buildreport.lifeline")
 
 
 def _set_parent_death_signal(sig: int) -> bool:
@@ -65,13 +67,19 @@ def follow_parent_process() -> None:
     if parent is None:
         return
     if _set_parent_death_signal(signal.SIGKILL) and os.getppid() != parent.pid and not is_onefile_child():
-        os._exit(1)
+        _end_with_parent(parent.pid)
     sentinel = parent.sentinel
 
     def watch() -> None:
         from multiprocessing.connection import wait
 
         wait([sentinel])
-        os._exit(1)
+        _end_with_parent(parent.pid)
 
     threading.Thread(target=watch, name="buildreport-parent-watch", daemon=True).start()
+
+
+def _end_with_parent(parent_pid: int | None) -> None:
+    """End at once, saying why: a worker that ends leaves the connections it held without an answer."""
+    log.warning("process %d ends: the process that started it (%s) has ended", os.getpid(), parent_pid)
+    os._exit(1)

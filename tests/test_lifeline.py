@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -55,3 +57,20 @@ def test_workers_end_when_the_server_is_killed(env, serve):
 
 def test_a_process_started_from_the_package_is_not_a_onefile_child():
     assert not is_onefile_child()
+
+
+def test_a_process_that_ends_with_its_parent_says_so(tmp_path):
+    # What the watch does once the parent is gone: the log names the process and why it ends, before it exits.
+    script = (
+        "import logging\n"
+        "logging.basicConfig(format='%(levelname)s %(name)s %(message)s')\n"
+        "from buildreport import lifeline\n"
+        "lifeline._end_with_parent(4242)\n"
+        "print('not reached')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert result.returncode == 1
+    assert "not reached" not in result.stdout
+    assert "WARNING buildreport.lifeline process " in result.stderr
+    assert "the process that started it (4242) has ended" in result.stderr
