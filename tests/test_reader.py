@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +20,7 @@ from buildreport import filters
 from buildreport.store import open_reader
 from buildreport.store.reader import KeptBuilds
 from buildreport.store.sqlite import reader as sqlite_reader
+from buildreport.store.sqlite.schema import auth_path
 from buildreport.times import to_us
 
 
@@ -200,3 +205,45 @@ def test_a_short_query_that_fails_is_an_error_not_run_again(env: Env) -> None:
             await reader.close()
 
     asyncio.run(run())
+
+
+# Who holds a lock on byte `offset` of a file, asked from another process (a process never conflicts with its own
+# locks): "unlocked", or the kind of lock and the process id.
+_LOCK_HOLDER = """
+import fcntl, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+kind, _, _, _, pid = struct.unpack("hhqqi", fcntl.fcntl(
+    fd, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, int(sys.argv[2]), 1, 0)))
+print("unlocked" if kind == fcntl.F_UNLCK else f"{'read' if kind == fcntl.F_RDLCK else 'write'} {pid}")
+"""
+# SQLite's "dead man switch" byte of a -shm file (os_unix.c: UNIX_SHM_DMS): every process that has the file open
+# through SQLite holds a read lock on it; a process that finds it unlocked truncates the file and rebuilds it.
+_SHM_DMS_BYTE = 128
+
+
+@pytest.mark.sqlite_only
+def test_reading_the_wal_index_keeps_sqlites_hold_on_the_shm_files(env: Env) -> None:
+    """The reader maps each -shm file to tell commits apart; doing so must never drop SQLite's locks on it, or the
+    next process to open the database (a write process, a command) rebuilds the file under the server's map."""
+    env.load([record(1)])
+    env.token()
+
+    def holders() -> list[str]:
+        shm_files = [Path(f"{path}-shm") for path in (env.db, auth_path(env.db))]
+        return [subprocess.run([sys.executable, "-c", _LOCK_HOLDER, str(shm), str(_SHM_DMS_BYTE)], capture_output=True,
+                               text=True, check=True).stdout.strip() if shm.exists() else "gone" for shm in shm_files]
+
+    async def run() -> list[Any]:
+        reader = await open_reader(env.db)
+        try:
+            before = reader.data_version()
+            held = holders()
+            env.load([record(2)])  # another process commits
+            return [before, held, reader.data_version()]
+        finally:
+            await reader.close()
+
+    before, held, after = asyncio.run(run())
+    assert before is not None and after is not None and after != before
+    assert held == [f"read {os.getpid()}"] * 2
+    assert set(holders()) <= {"unlocked", "gone"}  # a closed reader holds nothing (SQLite removes what it can)

@@ -95,6 +95,7 @@ class SqliteReader(Reader):
         self._identities = {self._path: _identity(self._path), self._auth_path: _identity(self._auth_path)}
         self._writer: aiosqlite.Connection | None = None
         self._shm: dict[str, mmap.mmap] = {}
+        self._shm_fds: dict[str, int] = {}  # open until the reader closes (see _map_wal_index)
         self.kept = KeptBuilds()
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -121,6 +122,8 @@ class SqliteReader(Reader):
         self._local.close()
         for view in self._shm.values():
             view.close()
+        for fd in self._shm_fds.values():
+            os.close(fd)
 
     def data_version(self) -> bytes | None:
         """A value that differs after any commit to the database or its tokens file; None when it cannot be told.
@@ -135,20 +138,29 @@ class SqliteReader(Reader):
         return self._wal_header(self._path)
 
     def _wal_header(self, path: str) -> bytes | None:
-        """The WAL index header of `path`, read through a memory map, without a system call: SQLite only shortens
-        a -shm file that no other connection has open, and this reader's own connections keep both open until it
-        closes."""
-        view = self._shm.get(path)
-        if view is None:
-            try:
-                fd = os.open(path + "-shm", os.O_RDONLY)
-                try:
-                    view = self._shm[path] = mmap.mmap(fd, _WAL_INDEX_HEADER, prot=mmap.PROT_READ)
-                finally:
-                    os.close(fd)
-            except (OSError, ValueError):
-                return None
-        return view[:_WAL_INDEX_HEADER]
+        """The WAL index header of `path`, read through a memory map, without a system call."""
+        view = self._shm.get(path) or self._map_wal_index(path)
+        return None if view is None else view[:_WAL_INDEX_HEADER]
+
+    def _map_wal_index(self, path: str) -> mmap.mmap | None:
+        """A map of the start of `path`'s -shm file, once SQLite in this process holds that file open.
+
+        A -shm file that no process holds open through SQLite is cut short and rebuilt by the next process that
+        opens the database, and a map of it then faults (SIGBUS). SQLite's hold is a POSIX lock, which the kernel
+        drops for the whole process when any descriptor of the file closes: the descriptor opened here stays open
+        until the reader closes, after its connections. The read on _local makes SQLite open the file first."""
+        schema = "auth" if path == self._auth_path else "main"
+        try:
+            if not os.path.exists(path + "-shm"):
+                return None  # not in WAL mode (an import into an empty database runs without it)
+            self._local.execute(f"SELECT 1 FROM {schema}.sqlite_schema LIMIT 1").fetchall()  # a fixed name
+            fd = self._shm_fds.get(path)
+            if fd is None:
+                fd = self._shm_fds[path] = os.open(path + "-shm", os.O_RDONLY)
+            view = self._shm[path] = mmap.mmap(fd, _WAL_INDEX_HEADER, prot=mmap.PROT_READ)
+        except (OSError, ValueError, sqlite3.Error):  # gone, shorter than the header, or the read was refused
+            return None
+        return view
 
     def file_problem(self) -> str | None:
         """What is wrong with the files this process reads, when one was deleted or replaced since it opened it."""
