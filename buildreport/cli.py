@@ -411,6 +411,7 @@ def serve(db: str, **kwargs: object) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def import_command(db: str, files: tuple[Path, ...]) -> None:
     """Import builds from JSON Lines files (plain or .gz), all or nothing."""
+    from buildreport.import_reader import ReadingStopped
     from buildreport.ingest import ImportFailed
 
     conn = _open(db)
@@ -422,7 +423,7 @@ def import_command(db: str, files: tuple[Path, ...]) -> None:
         if exc.total > len(exc.errors):
             _err(f"… and {exc.total - len(exc.errors)} more")
         raise click.ClickException(str(exc)) from exc
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ReadingStopped) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         conn.close()

@@ -587,6 +587,16 @@ def test_kill_9_of_the_bootloader_ends_the_server_and_its_workers(tmp_path: Path
     assert not left, {pid: " ".join(cmdline(pid)) for pid in left}
 
 
+def descendants(table: dict, pid: int) -> list[int]:
+    found, parents = [], [pid]
+    while parents:
+        parent = parents.pop()
+        children = [p.pid for p in table.values() if p.ppid == parent]
+        found += children
+        parents += children
+    return found
+
+
 def test_kill_9_of_the_bootloader_ends_an_import(tmp_path: Path) -> None:
     db = tmp_path / "import.db"
     ok(tmp_path, "token", "list", "--db", str(db))
@@ -598,15 +608,19 @@ def test_kill_9_of_the_bootloader_ends_an_import(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + START_TIMEOUT
         table = processes()
-        while not (children := [p.pid for p in table.values() if p.ppid == process.pid]):
+        while not [p.pid for p in table.values() if p.ppid == process.pid]:
             assert time.monotonic() < deadline and process.poll() is None, "the import never started its program"
             time.sleep(0.05)
             table = processes()
+        # The program, and the process that reads the records for it.
+        while len(family := descendants(processes(), process.pid)) < 2:
+            assert time.monotonic() < deadline and process.poll() is None, "the import never started reading"
+            time.sleep(0.05)
         time.sleep(1.0)  # well into the import
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=5)
         deadline = time.monotonic() + 10
-        while (left := alive(children)) and time.monotonic() < deadline:
+        while (left := alive(family)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not left, {pid: " ".join(cmdline(pid)) for pid in left}
     finally:

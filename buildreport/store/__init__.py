@@ -81,14 +81,25 @@ def bulk_write(conn: Any) -> AbstractContextManager[None]:
     return sqlite_bulk_write(conn)
 
 
-def deferred_indexes(conn: Any) -> AbstractContextManager[None]:
+def deferred_indexes(conn: Any, *, beside_reader: bool = False) -> AbstractContextManager[None]:
     """Inside a large write's transaction: indexes the writes do not read are made once, after them, when the
-    database had no builds (sqlite.schema.deferred_indexes); PostgreSQL keeps its indexes up as it writes."""
+    database had no builds (sqlite.schema.deferred_indexes); PostgreSQL keeps its indexes up as it writes.
+    `beside_reader`: the rows come from a reading process (store.fresh_load), and fewer indexes wait."""
     if getattr(conn, "engine", None) == "postgresql":
         return nullcontext()
-    from buildreport.store.sqlite.schema import deferred_indexes as sqlite_deferred_indexes
+    from buildreport.store.sqlite import schema
 
-    return sqlite_deferred_indexes(conn)
+    return schema.deferred_indexes(conn, schema.DEFERRED_BESIDE_READER if beside_reader else schema.DEFERRED_INDEXES)
+
+
+def loads_fresh(conn: Any) -> bool:
+    """Inside a large write's transaction: whether it may go through store.fresh_load, which inserts prepared
+    rows into a SQLite database with no builds (on PostgreSQL every import goes through the writer)."""
+    if getattr(conn, "engine", None) == "postgresql":
+        return False
+    from buildreport.store.sqlite.schema import holds_builds
+
+    return not holds_builds(conn)
 
 
 def after_bulk_write(conn: Any, builds_written: int) -> None:

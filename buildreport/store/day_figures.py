@@ -36,7 +36,7 @@ _DAY_BUILDS = (
     " WHERE account_id = ? AND create_us >= ? AND create_us < ?"
 )
 _DELETE = "DELETE FROM day_figures WHERE account_id = ? AND day_us = ?"
-_INSERT = "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"
+INSERT = "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"
 _KEY = "account_id = ? AND day_us = ? AND status = ?"
 _SELECT_ONE = f"SELECT figures FROM day_figures WHERE {_KEY}"
 _DELETE_ONE = f"DELETE FROM day_figures WHERE {_KEY}"
@@ -137,7 +137,7 @@ def recompute(conn: Any, days: Iterable[tuple[int, int]]) -> None:
             entry.add(cpu_seconds, duration_text, queue_text)
         conn.execute(_DELETE, (account_id, day))
         if by_status:
-            conn.executemany(_INSERT, [(account_id, day, s, entry.value()) for s, entry in by_status.items()])
+            conn.executemany(INSERT, [(account_id, day, s, entry.value()) for s, entry in by_status.items()])
 
 
 class Delta:

@@ -166,10 +166,10 @@ class TagTouches:
         self.overflow = False
 
     def add(self, sign: int, tags: list[tuple[int, str, str, int, int]], stats: list[Stats]) -> None:
-        """Rows of build_tags, (account id, key, value, create_us, build id), each with its build's figures."""
+        """Rows of build_tags, (account id, key, value, create_us, build id, ...), each with its build's figures."""
         if self.overflow:
             return
-        for (account_id, key, value, create_us, _), (status, cpu, duration, nar, start, stop) in zip(
+        for (account_id, key, value, create_us, *_), (status, cpu, duration, nar, start, stop) in zip(
             tags, stats, strict=True
         ):
             days = self.touched.setdefault((account_id, key, value), {})

@@ -93,13 +93,14 @@ _ACCOUNT_TOTALS = (
     f"SELECT {_FLOAT_SUM.format('cpu_seconds')}, {_FLOAT_SUM.format('duration_us')},"
     f" {_FLOAT_SUM.format('nar_size_bytes')} FROM daily_totals WHERE account_id = ?"
 )
-_TOTAL_NAMES = ("cpu_seconds", "duration_seconds", "outputs")
+TOTAL_NAMES = ("cpu_seconds", "duration_seconds", "outputs")
+OVERSIZED = "the account's total would reach 2^62; sums over it could overflow"
 
 
 def oversized_totals(conn: sqlite3.Connection, account_id: int) -> str | None:
     """The field whose sum over the account's builds reaches MAX_ACCOUNT_TOTAL, if any (summed as floats)."""
     row = conn.execute(_ACCOUNT_TOTALS, (account_id,)).fetchone()
-    for name, value in zip(_TOTAL_NAMES, row, strict=True):
+    for name, value in zip(TOTAL_NAMES, row, strict=True):
         if value >= MAX_ACCOUNT_TOTAL:
             return name
     return None
@@ -154,7 +155,7 @@ _HOUR_ROW = (
     " WHERE account_id = ? AND period_us = ? AND status = ?"
 )
 _HOUR_DELETE = "DELETE FROM hourly_totals WHERE account_id = ? AND period_us = ? AND status = ?"
-_HOUR_UPSERT = (
+HOUR_UPSERT = (
     "INSERT INTO hourly_totals (account_id, period_us, status, builds, cpu_seconds, duration_us,"
     " nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (account_id, period_us, status) DO UPDATE SET builds = excluded.builds,"
@@ -194,7 +195,7 @@ def apply_hour_deltas(conn: sqlite3.Connection, deltas: dict[tuple[int, int, str
             conn.execute(_HOUR_RECOMPUTE, (account_id, hour, hour + US_PER_HOUR, status))
             continue
         sums = (row[1] + delta.cpu, row[2] + delta.duration, row[3] + delta.nar)
-        conn.execute(_HOUR_UPSERT, (*key, builds, *sums, first, last))
+        conn.execute(HOUR_UPSERT, (*key, builds, *sums, first, last))
     for account_id, day in days:
         conn.execute("DELETE FROM daily_totals WHERE account_id = ? AND period_us = ?", (account_id, day))
         conn.execute(_DAY_FROM_HOURS, (day, account_id, day, day + US_PER_DAY))

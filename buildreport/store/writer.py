@@ -26,6 +26,7 @@ from buildreport.store.totals import (
     DAILY,
     FULL_RECOMPUTE_THRESHOLD,
     HOURLY,
+    OVERSIZED,
     HourDelta,
     apply_hour_deltas,
     apply_usage_deltas,
@@ -66,7 +67,7 @@ class WriteStats(msgspec.Struct):
     unchanged: int = 0
 
 
-class _Row(msgspec.Struct):
+class Row(msgspec.Struct):
     """What the builds table holds for one build, derived once: its columns, JSON, tags and log."""
 
     location: object
@@ -85,7 +86,7 @@ class _Row(msgspec.Struct):
     nar_size_bytes: int  # of all its outputs
 
     @classmethod
-    def of(cls, location: object, account_id: int, build: Build, log: PackedLog | None, source_id: str | None) -> _Row:
+    def of(cls, location: object, account_id: int, build: Build, log: PackedLog | None, source_id: str | None) -> Row:
         return cls(
             location=location,
             account_id=account_id,
@@ -129,6 +130,23 @@ class _Row(msgspec.Struct):
             self.queue_text,
         )
 
+    def tag_values(self) -> list[tuple]:
+        """Its rows of build_tags: each tag with the figures statistics by tag read, as the build's columns
+        hold them."""
+        b = self.build
+        return [
+            (self.account_id, k, v, self.create_us, b.build_id, self.status, b.cpu_seconds, self.duration_text,
+             self.queue_text)
+            for k, v in b.tags.items()
+        ]
+
+    def log_values(self) -> tuple[int, int, bytes | None]:
+        return self.build.build_id, self.log_size, self.log
+
+    def links(self) -> LinkEnds:
+        b = self.build
+        return LinkEnds(self.location, self.account_id, b.build_id, b.restart_of_build_id, b.restarted_as_build_id)
+
 
 def _number_text(value: float | None) -> str | None:
     """A number as the build's JSON writes it, for the columns statistics read (see schema.py)."""
@@ -157,7 +175,7 @@ class _Existing(msgspec.Struct):
     queue_text: str | None
 
 
-_UPSERT = """
+UPSERT_BUILDS = """
 INSERT INTO builds (build_id, account_id, create_us, start_us, duration_us, stop_us, status, cpu_seconds,
                     nar_size_bytes, derivation_path, restart_of_build_id, restarted_as_build_id, body, body_hash,
                     source_id, duration_text, queue_text)
@@ -170,6 +188,17 @@ ON CONFLICT (build_id) DO UPDATE SET
     body = excluded.body, body_hash = excluded.body_hash, source_id = coalesce(excluded.source_id, builds.source_id),
     duration_text = excluded.duration_text, queue_text = excluded.queue_text
 """
+
+UPSERT_LOGS = (
+    "INSERT INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)"
+    " ON CONFLICT (build_id) DO UPDATE SET size_bytes = excluded.size_bytes, zlib = excluded.zlib"
+)
+UPSERT_TAGS = (
+    "INSERT INTO build_tags (account_id, key, value, create_us, build_id, status, cpu_seconds, duration_text,"
+    " queue_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, key, value, create_us, build_id)"
+    " DO UPDATE SET status = excluded.status, cpu_seconds = excluded.cpu_seconds,"
+    " duration_text = excluded.duration_text, queue_text = excluded.queue_text"
+)
 
 
 def builds_by_source(account_id: int, sources: Sequence[str]) -> tuple[str, list[object]]:
@@ -280,7 +309,7 @@ class BuildWriter:
         for account_id, location in self._last_location.items():
             field = oversized_totals(self._conn, account_id)
             if field is not None:
-                self._conflict(location, field, "the account's total would reach 2^62; sums over it could overflow")
+                self._conflict(location, field, OVERSIZED)
 
     def _day_delta(self, account_id: int, create_us: int, status: str) -> day_figures.Delta:
         """The differences to a day's figures; for an account whose days are rebuilt at the end, a throwaway."""
@@ -437,12 +466,12 @@ class BuildWriter:
     def _write_items(self, items: list[_Item]) -> None:
         """Write records of distinct builds."""
         existing = self._existing([item.build_id for item in items])
-        rows: list[_Row] = []
+        rows: list[Row] = []
         for item in items:
             row = self._prepare(item, existing.get(item.build_id))
             if row is not None:
                 rows.append(row)
-        self._conn.executemany(_UPSERT, [row.values() for row in rows])
+        self._conn.executemany(UPSERT_BUILDS, [row.values() for row in rows])
         for row in rows:
             b = row.build
             self._count(1, row.account_id, row.status, row.create_us, row.start_us, row.duration_us,
@@ -458,14 +487,10 @@ class BuildWriter:
                     -1, old.cpu_seconds, old.duration_text, old.queue_text
                 )
         self._write_tags(rows, existing)
-        self._conn.executemany(
-            "INSERT INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)"
-            " ON CONFLICT (build_id) DO UPDATE SET size_bytes = excluded.size_bytes, zlib = excluded.zlib",
-            [(row.build.build_id, row.log_size, row.log) for row in rows if row.log is not None],
-        )
+        self._conn.executemany(UPSERT_LOGS, [row.log_values() for row in rows if row.log is not None])
         self._link_peers(rows)
 
-    def _prepare(self, item: _Item, old: _Existing | None) -> _Row | None:
+    def _prepare(self, item: _Item, old: _Existing | None) -> Row | None:
         location, account_id, record = item.location, item.account_id, item.record
         build = to_build(record, item.build_id, item.restart_of)
         source = getattr(record, "source_id", None)
@@ -482,7 +507,7 @@ class BuildWriter:
             build = self._merge_links(location, build, old)
             if build is None:
                 return None
-        row = _Row.of(location, account_id, build, item.log if item.packed else pack_log(record.log), source)
+        row = Row.of(location, account_id, build, item.log if item.packed else pack_log(record.log), source)
         self._last_location[account_id] = location
         if old is None:
             self.stats.created += 1
@@ -510,7 +535,7 @@ class BuildWriter:
         row = self._conn.execute("SELECT zlib FROM build_logs WHERE build_id = ?", (build_id,)).fetchone()
         return row is not None and row[0] == log
 
-    def _write_tags(self, rows: list[_Row], existing: dict[int, _Existing]) -> None:
+    def _write_tags(self, rows: list[Row], existing: dict[int, _Existing]) -> None:
         stale, stale_stats = [], []
         for row in rows:
             old = existing.get(row.build.build_id)
@@ -525,77 +550,89 @@ class BuildWriter:
             stale,
         )
         self._tags.add(-1, stale, stale_stats)
-        fresh, fresh_stats, fresh_figures = [], [], []
+        fresh, fresh_stats = [], []
         for row in rows:
+            tags = row.tag_values()
+            fresh += tags
             b = row.build
-            figures = (row.status, b.cpu_seconds, row.duration_us, row.nar_size_bytes, row.start_us, row.stop_us)
-            # A tag row carries the figures statistics by tag read, as the build's own columns hold them.
-            columns = (row.status, b.cpu_seconds, row.duration_text, row.queue_text)
-            for k, v in b.tags.items():
-                fresh.append((row.account_id, k, v, row.create_us, b.build_id))
-                fresh_stats.append(figures)
-                fresh_figures.append(columns)
-        self._conn.executemany(
-            "INSERT INTO build_tags (account_id, key, value, create_us, build_id, status, cpu_seconds, duration_text,"
-            " queue_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, key, value, create_us, build_id)"
-            " DO UPDATE SET status = excluded.status, cpu_seconds = excluded.cpu_seconds,"
-            " duration_text = excluded.duration_text, queue_text = excluded.queue_text",
-            [(*tag, *columns) for tag, columns in zip(fresh, fresh_figures, strict=True)],
-        )
+            fresh_stats += [(row.status, b.cpu_seconds, row.duration_us, row.nar_size_bytes, row.start_us, row.stop_us)
+                            ] * len(tags)
+        self._conn.executemany(UPSERT_TAGS, fresh)
         self._tags.add(1, fresh, fresh_stats)
 
-    def _link_peers(self, rows: list[_Row]) -> None:
-        """Make every restart link hold in both directions, once both builds are stored."""
-        for row in rows:
-            build = row.build
-            if build.restart_of_build_id is not None:
-                self._link(row, build.restart_of_build_id, "restart_of_build_id", "restarted_as_build_id")
-            if build.restarted_as_build_id is not None:
-                self._link(row, build.restarted_as_build_id, "restarted_as_build_id", "restart_of_build_id")
-        ids = [row.build.build_id for row in rows]
-        if not ids:
-            return
+    def _link_peers(self, rows: list[Row]) -> None:
         by_id = {row.build.build_id: row for row in rows}
-        marks = ",".join("?" * len(ids))
-        pairs = (("restart_of_build_id", "restarted_as_build_id"), ("restarted_as_build_id", "restart_of_build_id"))
-        for column, own in pairs:
-            peers = self._conn.execute(
-                f"SELECT build_id, {column}, account_id FROM builds WHERE {column} IN ({marks})", ids
-            ).fetchall()
-            for peer_id, target, peer_account in peers:
-                row = by_id[target]
-                if peer_account != row.account_id:
-                    self._conflict(row.location, own, f"build {peer_id} of another account links to this build")
-                elif getattr(row.build, own) is None:
-                    self._set_link(target, own, peer_id)
-                    row.build = msgspec.structs.replace(row.build, **{own: peer_id})
-
-    def _link(self, row: _Row, peer_id: int, field: str, peer_field: str) -> None:
-        build_id = row.build.build_id
-        if peer_id == build_id:
-            self._conflict(row.location, field, "a build cannot be linked to itself")
-            return
-        peer = self._conn.execute(
-            f"SELECT account_id, {peer_field} FROM builds WHERE build_id = ?", (peer_id,)
-        ).fetchone()
-        if peer is None:
-            return  # the other build has not been imported yet; its import completes the link
-        peer_account, peer_link = peer
-        if peer_account != row.account_id:
-            self._conflict(row.location, field, f"build {peer_id} belongs to another account")
-        elif peer_link is None:
-            self._set_link(peer_id, peer_field, build_id)
-        elif peer_link != build_id:
-            self._conflict(row.location, field, f"build {peer_id} already has {peer_field} {peer_link}")
-
-    def _set_link(self, build_id: int, field: str, value: int) -> None:
-        (body,) = self._conn.execute("SELECT body FROM builds WHERE build_id = ?", (build_id,)).fetchone()
-        stored = _STORED.decode(body)
-        stored[field] = value
-        body = _ENCODER.encode(stored)
-        self._conn.execute(
-            f"UPDATE builds SET {field} = ?, body = ?, body_hash = ? WHERE build_id = ?",
-            (value, body, body_hash(body), build_id),
-        )
+        link_peers(self._conn, self._conflict, [row.links() for row in rows], list(by_id), lambda i: by_id[i].links())
 
 
+class LinkEnds(msgspec.Struct, array_like=True):
+    """A build just written and its restart links, as written: what keeping the links two-way needs of it."""
+
+    location: object
+    account_id: int
+    build_id: int
+    restart_of: int | None
+    restarted_as: int | None
+
+
+def link_peers(
+    conn: sqlite3.Connection,
+    conflict: Conflict,
+    linking: Sequence[LinkEnds],
+    ids: Sequence[int],
+    end_of: Callable[[int], LinkEnds],
+) -> None:
+    """Make every restart link hold in both directions, once both builds are stored: the links that the builds
+    just written (`ids`) name, of which `linking` holds at least those that name any, and the links to them
+    that stored builds name. `end_of` gives the LinkEnds of any of them by build id."""
+    for ends in linking:
+        if ends.restart_of is not None:
+            _link(conn, conflict, ends, ends.restart_of, "restart_of_build_id", "restarted_as_build_id")
+        if ends.restarted_as is not None:
+            _link(conn, conflict, ends, ends.restarted_as, "restarted_as_build_id", "restart_of_build_id")
+    if not ids:
+        return
+    marks = ",".join("?" * len(ids))
+    pairs = (("restart_of_build_id", "restarted_as_build_id"), ("restarted_as_build_id", "restart_of_build_id"))
+    linked: set[tuple[int, str]] = set()  # (build id, field) set here from the other side
+    for column, own in pairs:
+        peers = conn.execute(f"SELECT build_id, {column}, account_id FROM builds WHERE {column} IN ({marks})", ids)
+        for peer_id, target, peer_account in peers.fetchall():
+            ends = end_of(target)
+            if peer_account != ends.account_id:
+                conflict(ends.location, own, f"build {peer_id} of another account links to this build")
+            elif getattr(ends, "restart_of" if own == "restart_of_build_id" else "restarted_as") is None and (
+                (target, own) not in linked
+            ):
+                _set_link(conn, target, own, peer_id)
+                linked.add((target, own))
+
+
+def _link(
+    conn: sqlite3.Connection, conflict: Conflict, ends: LinkEnds, peer_id: int, field: str, peer_field: str
+) -> None:
+    build_id = ends.build_id
+    if peer_id == build_id:
+        conflict(ends.location, field, "a build cannot be linked to itself")
+        return
+    peer = conn.execute(f"SELECT account_id, {peer_field} FROM builds WHERE build_id = ?", (peer_id,)).fetchone()
+    if peer is None:
+        return  # the other build has not been written yet; writing it completes the link
+    peer_account, peer_link = peer
+    if peer_account != ends.account_id:
+        conflict(ends.location, field, f"build {peer_id} belongs to another account")
+    elif peer_link is None:
+        _set_link(conn, peer_id, peer_field, build_id)
+    elif peer_link != build_id:
+        conflict(ends.location, field, f"build {peer_id} already has {peer_field} {peer_link}")
+
+
+def _set_link(conn: sqlite3.Connection, build_id: int, field: str, value: int) -> None:
+    (body,) = conn.execute("SELECT body FROM builds WHERE build_id = ?", (build_id,)).fetchone()
+    stored = _STORED.decode(body)
+    stored[field] = value
+    body = _ENCODER.encode(stored)
+    conn.execute(
+        f"UPDATE builds SET {field} = ?, body = ?, body_hash = ? WHERE build_id = ?",
+        (value, body, body_hash(body), build_id),
+    )

@@ -1,0 +1,232 @@
+"""A large import into a database that holds no builds yet, split between two processes.
+
+In such a database every record of an import is a new build (an import names each build once), so nothing
+stored needs reading before a row is made: the reading process makes each build's row and tag rows as the
+writer would (`writer.Row`) and adds up the totals of tag pairs (`TagTotals`), while this side inserts the
+rows as they arrive (`FreshLoad`), adds up the other totals (`BuildTotals`), keeps restart links two-way as
+the writer does, and writes the totals once at the end. The work is split so that each process keeps a core
+about equally busy.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+
+import msgspec
+
+from buildreport.models import BILLABLE
+from buildreport.store import day_figures, tag_totals
+from buildreport.store.queries import US_PER_DAY, US_PER_HOUR
+from buildreport.store.totals import (
+    DAILY,
+    HOUR_UPSERT,
+    MAX_ACCOUNT_TOTAL,
+    OVERSIZED,
+    TOTAL_NAMES,
+    oversized_totals,
+    recompute_totals,
+)
+from buildreport.store.writer import UPSERT_BUILDS, UPSERT_LOGS, Conflict, LinkEnds, link_peers
+
+# Past this many (tag pair, day, status) the reading process stops adding up totals per tag pair (each
+# costs it some 250 bytes), and they are computed from the stored tag rows at the end instead.
+MAX_TAG_SLOTS = 1_000_000
+_BILLABLE = frozenset(status.value for status in BILLABLE)
+# Columns of a builds row (Row.values).
+_ID, _ACCOUNT, _CREATE, _START, _DURATION, _STOP, _STATUS, _CPU, _NAR, _RESTART_OF, _RESTARTED_AS = (
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11
+)
+_DURATION_TEXT, _QUEUE_TEXT = 15, 16
+
+# The figures of a totals row, as a list added to in place: builds, CPU seconds, duration (µs), NAR bytes,
+# first start, last stop (None while no build has stopped).
+Figures = list
+
+
+def _count(slots: dict, key: tuple, cpu: int, duration: int, nar: int, start: int, stop: int | None) -> None:
+    """Add one build to the figures under `key` (a function call per build and tag: no object per add)."""
+    figures = slots.get(key)
+    if figures is None:
+        slots[key] = [1, cpu, duration, nar, start, stop]
+        return
+    figures[0] += 1
+    figures[1] += cpu
+    figures[2] += duration
+    figures[3] += nar
+    if start < figures[4]:
+        figures[4] = start
+    if stop is not None and (figures[5] is None or stop > figures[5]):
+        figures[5] = stop
+
+
+class TagTotalsRows(msgspec.Struct, array_like=True):
+    pairs: list[tuple]  # tag_pairs: the pairs promoted
+    daily: list[tuple]  # their tag_daily_totals
+
+
+class TagTotals:
+    """The daily totals of every tag pair of a load's builds, added up in exact integers (as SQLite sums);
+    the reading process keeps them, beside the importing process that keeps the others (BuildTotals)."""
+
+    def __init__(self) -> None:
+        self._slots: dict[tuple[int, str, str, int, str], Figures] | None = {}  # (pair, day, status)
+
+    def add(self, row: tuple, tags: dict[str, str]) -> None:
+        """A build's row (Row.values) and its tags."""
+        slots = self._slots
+        if slots is None or not tags:
+            return
+        account_id, create_us, status = row[_ACCOUNT], row[_CREATE], row[_STATUS]
+        day = create_us - create_us % US_PER_DAY
+        figures = (row[_CPU], row[_DURATION] or 0, row[_NAR], row[_START], row[_STOP])
+        for name, value in tags.items():
+            _count(slots, (account_id, name, value, day, status), *figures)
+        if len(slots) > MAX_TAG_SLOTS:
+            self._slots = None
+
+    def rows(self) -> TagTotalsRows | None:
+        """The rows of the pairs that reach PROMOTE_AT builds; None past MAX_TAG_SLOTS."""
+        if self._slots is None:
+            return None
+        builds: Counter[tuple] = Counter()
+        for key, figures in self._slots.items():
+            builds[key[:3]] += figures[0]
+        promoted = {pair for pair, count in builds.items() if count >= tag_totals.PROMOTE_AT}
+        return TagTotalsRows(
+            sorted(promoted), [(*key, *figures) for key, figures in self._slots.items() if key[:3] in promoted]
+        )
+
+
+class BuildTotals:
+    """Hourly totals, daily usage, day figures and each account's sums of a load's builds (exact integers)."""
+
+    def __init__(self) -> None:
+        self._hours: dict[tuple[int, int, str], Figures] = {}
+        self._usage: dict[tuple[int, int], list[int]] = {}
+        self._days: dict[tuple[int, int, str], day_figures.Aggregate] = {}
+        self.sums: dict[int, list[int]] = {}  # per account: CPU seconds, duration (µs), NAR bytes
+
+    def add(self, builds: Sequence[tuple]) -> None:
+        """Rows of builds (Row.values)."""
+        hours, usage, days, sums = self._hours, self._usage, self._days, self.sums
+        for row in builds:
+            account_id, create_us, status, cpu, nar = row[_ACCOUNT], row[_CREATE], row[_STATUS], row[_CPU], row[_NAR]
+            duration, stop = row[_DURATION] or 0, row[_STOP]
+            _count(hours, (account_id, create_us - create_us % US_PER_HOUR, status), cpu, duration, nar,
+                   row[_START], stop)
+            if stop is not None and status in _BILLABLE:
+                used = usage.setdefault((account_id, stop - stop % US_PER_DAY), [0, 0])
+                used[0] += 1
+                used[1] += cpu
+            key = (account_id, create_us - create_us % US_PER_DAY, status)
+            figures = days.get(key)
+            if figures is None:
+                figures = days[key] = day_figures.Aggregate()
+            figures.step(cpu, row[_DURATION_TEXT], row[_QUEUE_TEXT])
+            total = sums.get(account_id)
+            if total is None:
+                total = sums[account_id] = [0, 0, 0]
+            total[0] += cpu
+            total[1] += duration
+            total[2] += nar
+
+    def oversized(self) -> list[tuple[int, str]]:
+        """(account id, field) whose sum over the account reaches MAX_ACCOUNT_TOTAL."""
+        return [
+            (account_id, name)
+            for account_id, sums in self.sums.items()
+            for name, total in zip(TOTAL_NAMES, sums, strict=True)
+            if total >= MAX_ACCOUNT_TOTAL
+        ]
+
+    def write(self, conn: sqlite3.Connection) -> None:
+        conn.executemany(HOUR_UPSERT, [(*key, *figures) for key, figures in self._hours.items()])
+        recompute_totals(conn, DAILY, {(account_id, hour) for account_id, hour, _ in self._hours})
+        conn.executemany(_USAGE, [(*key, *used) for key, used in self._usage.items()])
+        conn.executemany(day_figures.INSERT, [(*key, figures.finalize()) for key, figures in self._days.items()])
+
+
+_TAG_PAIR = "INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)"
+_TAG_DAILY = (
+    "INSERT INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds, duration_us,"
+    " nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# A batch's tag rows, as Row.tag_values makes them, read by SQLite from the builds' JSON just inserted: a
+# million builds' 3.8 million tag rows cost 4.6 s of binding alone as parameters, and as much again to send
+# them from the reading process.
+_TAGS_OF_BUILDS = (
+    "INSERT INTO build_tags (account_id, key, value, create_us, build_id, status, cpu_seconds, duration_text,"
+    " queue_text) SELECT b.account_id, t.key, t.value, b.create_us, b.build_id, b.status, b.cpu_seconds,"
+    " b.duration_text, b.queue_text FROM builds AS b, json_each(CAST(b.body AS TEXT), '$.tags') AS t"
+    " WHERE b.build_id IN ({marks})"
+)
+_USAGE = "INSERT INTO daily_usage (account_id, day_us, builds, cpu_seconds) VALUES (?, ?, ?, ?)"
+# A database with no builds has no totals either; anything left in these tables would be out of step.
+_TOTALS_TABLES = ("hourly_totals", "daily_totals", "daily_usage", "day_figures", "tag_pairs", "tag_daily_totals")
+
+
+class FreshLoad:
+    """Inserts a load's rows into a database with no builds, inside a transaction the caller owns; like the
+    writer, it tells `conflict` of every record it cannot write and raises nothing for them."""
+
+    def __init__(self, conn: sqlite3.Connection, conflict: Conflict, now_us: int) -> None:
+        self._conn = conn
+        self._conflict = conflict
+        self._now_us = now_us
+        self._last_location: dict[int, object] = {}
+        self._totals = BuildTotals()
+        self.created = 0
+        # The accounts there already, by name: the reading process gives new ones the ids after them.
+        self.accounts: dict[str, int] = dict(conn.execute("SELECT name, account_id FROM accounts").fetchall())
+        for table in _TOTALS_TABLES:
+            conn.execute(f"DELETE FROM {table}")  # a name from _TOTALS_TABLES, never from input
+
+    def add(
+        self, accounts: Sequence[tuple[int, str]], builds: Sequence[tuple], logs: Sequence[tuple], locations: list
+    ) -> None:
+        """New accounts (id, name), then the rows of builds (Row.values) and build_logs (Row.log_values);
+        `locations` names each build's record, for conflicts. Their tag rows are made from their JSON."""
+        conn = self._conn
+        if accounts:
+            conn.executemany(
+                "INSERT INTO accounts (account_id, name, created_us) VALUES (?, ?, ?)",
+                [(account_id, name, self._now_us) for account_id, name in accounts],
+            )
+        conn.executemany(UPSERT_BUILDS, builds)
+        ids = [row[_ID] for row in builds]
+        conn.execute(_TAGS_OF_BUILDS.format(marks=",".join("?" * len(ids))), ids)
+        conn.executemany(UPSERT_LOGS, logs)
+        self._totals.add(builds)
+        self.created += len(builds)
+        for row, location in zip(builds, locations, strict=True):
+            self._last_location[row[_ACCOUNT]] = location
+        index = {build_id: position for position, build_id in enumerate(ids)}
+
+        def ends(build_id: int) -> LinkEnds:
+            row = builds[index[build_id]]
+            return LinkEnds(locations[index[build_id]], row[_ACCOUNT], build_id, row[_RESTART_OF], row[_RESTARTED_AS])
+
+        linking = [ends(row[0]) for row in builds if row[_RESTART_OF] is not None or row[_RESTARTED_AS] is not None]
+        link_peers(conn, self._conflict, linking, ids, ends)
+
+    def finish(self, tags: TagTotalsRows | None) -> None:
+        """Write the totals, with those of tag pairs as the reading process added them up (None: too many to add
+        up there). An account whose sums reach MAX_ACCOUNT_TOTAL is a conflict, as in the writer."""
+        oversized = self._totals.oversized()
+        for account_id, name in oversized:
+            self._conflict(self._last_location[account_id], name, OVERSIZED)
+        if oversized:
+            return  # the load fails; its sums may not fit a column
+        conn = self._conn
+        self._totals.write(conn)
+        if tags is None:
+            tag_totals.recompute_all(conn)
+        else:
+            conn.executemany(_TAG_PAIR, tags.pairs)
+            conn.executemany(_TAG_DAILY, tags.daily)
+        for account_id, location in self._last_location.items():
+            field = oversized_totals(conn, account_id)
+            if field is not None:
+                self._conflict(location, field, OVERSIZED)

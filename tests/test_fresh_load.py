@@ -1,0 +1,213 @@
+"""An import into a database with no builds through store.fresh_load stores exactly what the writer would:
+every table, row for row, or the same refusal. The reading half runs in this process here (import_reader.take
+over import_reader.messages), so that small thresholds can be set; test_import_reader runs it as a process."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from conftest import record, write_jsonl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_totals import daily_from_builds, stored_totals, totals_from_builds
+
+from buildreport import import_reader, ingest
+from buildreport.ingest import ImportFailed, import_files
+from buildreport.models import MAX_DURATION_SECONDS, MAX_NAR_SIZE_BYTES, MAX_OUTPUTS, BuildStatus
+from buildreport.store import fresh_load, open_database, tag_totals
+from buildreport.store.totals import MAX_ACCOUNT_TOTAL, OVERSIZED, US_PER_DAY, US_PER_HOUR
+
+ORIGIN = datetime(2026, 10, 1, tzinfo=UTC)
+STATUSES = [s.value for s in BuildStatus]
+NOW_US = 1_790_000_000_000_000
+TABLES = ("accounts", "builds", "build_tags", "build_logs", "hourly_totals", "daily_totals", "daily_usage",
+          "day_figures", "tag_pairs", "tag_daily_totals")
+
+
+def in_process(load, paths, errors, on_progress):  # type: ignore[no-untyped-def]
+    return import_reader.take(load, import_reader.messages(paths, load.accounts), errors, on_progress)
+
+
+@contextmanager
+def fresh_path(*, promote_at: int = tag_totals.PROMOTE_AT, max_tag_slots: int = fresh_load.MAX_TAG_SLOTS):
+    """Imports into databases with no builds go through fresh_load, read in this process."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ingest, "TWO_PROCESS_BYTES", 0)
+        patch.setattr(import_reader, "load", in_process)
+        patch.setattr(tag_totals, "PROMOTE_AT", promote_at)
+        patch.setattr(fresh_load, "MAX_TAG_SLOTS", max_tag_slots)
+        yield
+
+
+@contextmanager
+def writer_path(*, promote_at: int = tag_totals.PROMOTE_AT):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ingest, "TWO_PROCESS_BYTES", 1 << 62)
+        patch.setattr(tag_totals, "PROMOTE_AT", promote_at)
+        yield
+
+
+def contents(db: Path) -> dict[str, list[tuple]]:
+    conn = sqlite3.connect(db)
+    try:
+        return {table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr) for table in TABLES}
+    finally:
+        conn.close()
+
+
+def outcome(db: Path, paths: list[Path]) -> list[str] | dict[str, list[tuple]]:
+    """The refusal's errors, or every table after the import."""
+    conn = open_database(db)
+    try:
+        import_files(conn, paths, NOW_US)
+    except ImportFailed as exc:
+        assert conn.execute("SELECT count(*) FROM builds").fetchone() == (0,)
+        return [str(error) for error in exc.errors] + [f"total {exc.total}"]
+    finally:
+        conn.close()
+    return contents(db)
+
+
+spec_strategy = st.fixed_dictionaries(
+    {
+        "account": st.sampled_from(["acme", "globex", "initech"]),
+        "minutes": st.integers(0, 60 * 30),  # builds often share an hour, a day and a status
+        "status": st.sampled_from(["built", "built", "build_failed", *STATUSES]),
+        "duration": st.integers(0, 60 * 60 * 30),
+        "queue": st.floats(0, 1000, allow_nan=False),
+        "cpu": st.integers(0, 10_000),
+        "nar": st.lists(st.integers(0, 10**9), max_size=2),
+        "tags": st.dictionaries(st.sampled_from(["project", "run", "os"]), st.sampled_from(["a", "b", "c"]),
+                                max_size=3),
+        "restarts": st.booleans(),  # the build before it
+        "log": st.none() | st.text(max_size=20),
+    }
+)
+
+
+def to_records(specs: list[dict], conflict: tuple[int, int] | None) -> list[dict]:
+    """Builds 1, 2, ...; a restart is of the build before it, in its account. `conflict`: (build, link target),
+    a restarted_as link that holds only if the target is the build after it and not a restart already."""
+    records: list[dict] = []
+    for build_id, spec in enumerate(specs, start=1):
+        restart_of = build_id - 1 if spec["restarts"] and build_id > 1 else None
+        account = records[-1]["account"] if restart_of else spec["account"]
+        records.append(to_record(build_id, {**spec, "account": account, "restart_of": restart_of}))
+    if conflict is not None:
+        build_id, target = conflict
+        records[(build_id - 1) % len(records)]["restarted_as_build_id"] = target
+    return records
+
+
+def to_record(build_id: int, spec: dict) -> dict:
+    create = ORIGIN + timedelta(minutes=spec["minutes"])
+    status = spec["status"]
+    fields = dict(
+        account=spec["account"],
+        create_time=create,
+        start_time=(create + timedelta(seconds=3)).isoformat(),
+        build_status=status,
+        duration_seconds=None if status in ("pending", "running") else spec["duration"] + 0.5,
+        queue_time_seconds=spec["queue"],
+        cpu_seconds=spec["cpu"],
+        outputs=[{"name": f"o{i}", "path": "/nix/store/x", "nar_hash": "h", "nar_size_bytes": n}
+                 for i, n in enumerate(spec["nar"])],
+        tags=spec["tags"],
+        restart_of_build_id=spec.get("restart_of"),
+    )
+    if spec["log"] is not None:
+        fields["log"] = spec["log"]
+    return record(build_id, **fields)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    specs=st.lists(spec_strategy, min_size=4, max_size=16),
+    files=st.integers(1, 2),
+    max_tag_slots=st.sampled_from([2, fresh_load.MAX_TAG_SLOTS]),
+    conflict=st.none() | st.tuples(st.integers(1, 16), st.integers(1, 17)),
+)
+def test_a_fresh_load_stores_what_the_writer_stores_or_refuses_alike(specs, files, max_tag_slots, conflict):
+    """Random builds of three accounts, restart links within them (in some examples one that conflicts, or that
+    names a build not there), tags common enough to get totals, logs; tag totals added up or, past the slot
+    limit, computed by SQL."""
+    records = to_records(specs, conflict)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        half = (len(records) + 1) // files
+        paths = [write_jsonl(folder / f"{i}.jsonl", records[i * half:(i + 1) * half]) for i in range(files)]
+        with writer_path(promote_at=2):
+            expected = outcome(folder / "writer.db", paths)
+        with fresh_path(promote_at=2, max_tag_slots=max_tag_slots):
+            got = outcome(folder / "fresh.db", paths)
+    assert got == expected
+
+
+def test_the_totals_of_a_fresh_load_equal_a_computation_from_its_builds(tmp_path):
+    records = [
+        to_record(i, {"account": ("acme", "globex")[i % 2], "minutes": i * 37, "status": STATUSES[i % len(STATUSES)],
+                      "duration": i * 11, "queue": 0.25, "cpu": i, "nar": [i * 1000], "tags": {"project": "web"},
+                      "restarts": False, "log": None})
+        for i in range(1, 301)
+    ]
+    db = tmp_path / "t.db"
+    with fresh_path(promote_at=50):
+        conn = open_database(db)
+        import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], NOW_US)
+    hourly, daily, usage = stored_totals(conn)
+    assert hourly == totals_from_builds(conn, US_PER_HOUR)
+    assert daily == totals_from_builds(conn, US_PER_DAY)
+    assert usage == daily_from_builds(conn)
+    assert conn.execute("SELECT account_id, key, value FROM tag_pairs ORDER BY 1").fetchall() == [
+        (1, "project", "web"), (2, "project", "web")
+    ]
+    conn.close()
+
+
+def test_a_fresh_load_into_a_database_with_accounts_gives_new_accounts_the_next_ids(tmp_path):
+    conn = open_database(tmp_path / "t.db")
+    conn.execute("INSERT INTO accounts (name, created_us) VALUES ('zeta', 5), ('acme', 6)")
+    conn.commit()
+    with fresh_path():
+        import_files(conn, [write_jsonl(tmp_path / "a.jsonl", [record(1, account="new"), record(2)])], NOW_US)
+    assert conn.execute("SELECT account_id, name, created_us FROM accounts ORDER BY 1").fetchall() == [
+        (1, "zeta", 5), (2, "acme", 6), (3, "new", NOW_US)
+    ]
+    assert conn.execute("SELECT build_id, account_id FROM builds ORDER BY 1").fetchall() == [(1, 3), (2, 2)]
+    conn.close()
+
+
+def test_totals_left_in_a_database_with_no_builds_are_replaced(tmp_path):
+    """No builds means no totals: rows left behind (out of step) would otherwise be added to."""
+    conn = open_database(tmp_path / "t.db")
+    conn.execute("INSERT INTO accounts (name, created_us) VALUES ('acme', 0)")
+    conn.execute("INSERT INTO daily_usage VALUES (1, 0, 99, 99)")
+    conn.execute("INSERT INTO hourly_totals VALUES (1, 0, 'built', 9, 9, 9, 9, 0, 0)")
+    conn.commit()
+    with fresh_path():
+        import_files(conn, [write_jsonl(tmp_path / "a.jsonl", [record(1, create_time=ORIGIN)])], NOW_US)
+    assert stored_totals(conn)[0] == totals_from_builds(conn, US_PER_HOUR)
+    assert stored_totals(conn)[2] == daily_from_builds(conn)
+    conn.close()
+
+
+@pytest.mark.parametrize("field", ["duration_seconds", "outputs"])
+def test_an_account_whose_total_would_reach_two_to_the_62_is_refused_as_by_the_writer(tmp_path, field):
+    if field == "duration_seconds":
+        builds = -(-MAX_ACCOUNT_TOTAL // (MAX_DURATION_SECONDS * 1_000_000))
+        fields = {"duration_seconds": MAX_DURATION_SECONDS}
+    else:
+        builds = MAX_ACCOUNT_TOTAL // (MAX_OUTPUTS * MAX_NAR_SIZE_BYTES)
+        fields = {"outputs": [{"name": f"o{i}", "path": "/nix/store/x", "nar_hash": "h",
+                               "nar_size_bytes": MAX_NAR_SIZE_BYTES} for i in range(MAX_OUTPUTS)]}
+    path = write_jsonl(tmp_path / "a.jsonl", [record(i, **fields) for i in range(1, builds + 1)])
+    with writer_path():
+        expected = outcome(tmp_path / "writer.db", [path])
+    with fresh_path():
+        got = outcome(tmp_path / "fresh.db", [path])
+    assert got == expected == [f"{path}:{builds}: {field}: {OVERSIZED}", "total 1"]
