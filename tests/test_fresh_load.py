@@ -196,10 +196,11 @@ def test_totals_left_in_a_database_with_no_builds_are_replaced(tmp_path):
     conn.close()
 
 
-@pytest.mark.parametrize("field", ["duration_seconds", "outputs"])
-def test_an_account_whose_total_would_reach_two_to_the_62_is_refused_as_by_the_writer(tmp_path, field):
+@pytest.mark.parametrize(("field", "times"), [("duration_seconds", 1), ("duration_seconds", 2), ("outputs", 1)])
+def test_an_account_whose_total_would_reach_two_to_the_62_is_refused_as_by_the_writer(tmp_path, field, times):
+    """At the limit; and twice past it, within one hour, whose sums would not fit 64 bits (refused, not a fault)."""
     if field == "duration_seconds":
-        builds = -(-MAX_ACCOUNT_TOTAL // (MAX_DURATION_SECONDS * 1_000_000))
+        builds = times * -(-MAX_ACCOUNT_TOTAL // (MAX_DURATION_SECONDS * 1_000_000))
         fields = {"duration_seconds": MAX_DURATION_SECONDS}
     else:
         builds = MAX_ACCOUNT_TOTAL // (MAX_OUTPUTS * MAX_NAR_SIZE_BYTES)

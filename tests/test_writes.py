@@ -10,8 +10,9 @@ import msgspec
 import pytest
 from conftest import record
 
-from buildreport.models import BuildRecord
+from buildreport.models import MAX_DURATION_SECONDS, BuildRecord
 from buildreport.store import open_database
+from buildreport.store.totals import MAX_ACCOUNT_TOTAL, OVERSIZED
 from buildreport.store.writes import WriteConflicts, write_records
 
 
@@ -173,3 +174,15 @@ def test_ids_are_assigned_below_the_lowest_once_the_highest_is_taken(conn):
     with pytest.raises(WriteConflicts) as refused:
         write_records(conn, ACME, records(write_record("low:6")), 0)
     assert refused.value.invalid[0].field == "source_id"
+
+
+def test_a_write_that_would_take_an_hours_sums_past_64_bits_is_refused_and_writes_nothing(conn):
+    """Twice as many builds of the longest duration as 2^62 allows, in one hour: a conflict, not a fault."""
+    builds = 2 * -(-MAX_ACCOUNT_TOTAL // (MAX_DURATION_SECONDS * 1_000_000))
+    write_records(conn, ACME, records(write_record("first")), 0)
+    batch = records(*(write_record(f"s:{i}", duration_seconds=MAX_DURATION_SECONDS) for i in range(builds)))
+    with pytest.raises(WriteConflicts) as refused:
+        write_records(conn, ACME, batch, 0)
+    invalid = [(r.index, r.field, r.reason) for r in refused.value.invalid]
+    assert invalid == [(builds - 1, "duration_seconds", OVERSIZED)]
+    assert [row[2] for row in stored(conn)] == ["first"]

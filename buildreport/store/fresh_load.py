@@ -22,9 +22,7 @@ from buildreport.store.queries import US_PER_DAY, US_PER_HOUR
 from buildreport.store.totals import (
     DAILY,
     HOUR_UPSERT,
-    MAX_ACCOUNT_TOTAL,
     OVERSIZED,
-    TOTAL_NAMES,
     oversized_totals,
     recompute_totals,
 )
@@ -132,15 +130,6 @@ class BuildTotals:
             total[1] += duration
             total[2] += nar
 
-    def oversized(self) -> list[tuple[int, str]]:
-        """(account id, field) whose sum over the account reaches MAX_ACCOUNT_TOTAL."""
-        return [
-            (account_id, name)
-            for account_id, sums in self.sums.items()
-            for name, total in zip(TOTAL_NAMES, sums, strict=True)
-            if total >= MAX_ACCOUNT_TOTAL
-        ]
-
     def write(self, conn: sqlite3.Connection) -> None:
         conn.executemany(HOUR_UPSERT, [(*key, *figures) for key, figures in self._hours.items()])
         recompute_totals(conn, DAILY, {(account_id, hour) for account_id, hour, _ in self._hours})
@@ -214,19 +203,18 @@ class FreshLoad:
     def finish(self, tags: TagTotalsRows | None) -> None:
         """Write the totals, with those of tag pairs as the reading process added them up (None: too many to add
         up there). An account whose sums reach MAX_ACCOUNT_TOTAL is a conflict, as in the writer."""
-        oversized = self._totals.oversized()
-        for account_id, name in oversized:
-            self._conflict(self._last_location[account_id], name, OVERSIZED)
-        if oversized:
-            return  # the load fails; its sums may not fit a column
         conn = self._conn
+        oversized = False
+        for account_id, location in self._last_location.items():
+            field = oversized_totals(conn, account_id, self._totals.sums[account_id])
+            if field is not None:
+                self._conflict(location, field, OVERSIZED)
+                oversized = True
+        if oversized:
+            return  # the load fails, and its totals might not fit their columns
         self._totals.write(conn)
         if tags is None:
             tag_totals.recompute_all(conn)
         else:
             conn.executemany(_TAG_PAIR, tags.pairs)
             conn.executemany(_TAG_DAILY, tags.daily)
-        for account_id, location in self._last_location.items():
-            field = oversized_totals(conn, account_id)
-            if field is not None:
-                self._conflict(location, field, OVERSIZED)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from buildreport.models import BILLABLE
 from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, in_list
@@ -97,11 +97,13 @@ TOTAL_NAMES = ("cpu_seconds", "duration_seconds", "outputs")
 OVERSIZED = "the account's total would reach 2^62; sums over it could overflow"
 
 
-def oversized_totals(conn: sqlite3.Connection, account_id: int) -> str | None:
-    """The field whose sum over the account's builds reaches MAX_ACCOUNT_TOTAL, if any (summed as floats)."""
+def oversized_totals(conn: sqlite3.Connection, account_id: int, change: Sequence[int]) -> str | None:
+    """The field whose sum over the account's builds would reach MAX_ACCOUNT_TOTAL, if any: the stored totals
+    (summed as floats) with `change` added, the exact differences a write makes to the account's CPU seconds,
+    duration (µs) and NAR bytes. Asked before the totals are written: past it, a sum may not fit a column."""
     row = conn.execute(_ACCOUNT_TOTALS, (account_id,)).fetchone()
-    for name, value in zip(TOTAL_NAMES, row, strict=True):
-        if value >= MAX_ACCOUNT_TOTAL:
+    for name, stored, changed in zip(TOTAL_NAMES, row, change, strict=True):
+        if stored + changed >= MAX_ACCOUNT_TOTAL:
             return name
     return None
 

@@ -262,6 +262,7 @@ class BuildWriter:
         self._tags = TagTouches()
         self.stats = WriteStats()
         self._last_location: dict[int, object] = {}
+        self._sums: dict[int, list[int]] = {}  # what the write changes in each account's totals (oversized_totals)
         self.build_ids: list[int | None] | None = [] if keep_ids else None
 
     def add(
@@ -294,6 +295,14 @@ class BuildWriter:
         """Write what is batched and bring the totals of every touched hour and day in step: by differences,
         or, for an account whose builds spread over many hours (a large import), in one pass over its builds."""
         self.flush()
+        oversized = False
+        for account_id, location in self._last_location.items():
+            field = oversized_totals(self._conn, account_id, self._sums.get(account_id, (0, 0, 0)))
+            if field is not None:
+                self._conflict(location, field, OVERSIZED)
+                oversized = True
+        if oversized:
+            return  # the write fails, and its totals might not fit their columns
         full = self._full
         if full:
             hours = {key for key in self._hours if key[0] in full}
@@ -306,10 +315,6 @@ class BuildWriter:
         day_figures.recompute(self._conn, {(account_id, day_of(hour)) for account_id, hour in self._hours
                                            if account_id in full})
         day_figures.apply(self._conn, {k: d for k, d in self._day_deltas.items() if k[0] not in full})
-        for account_id, location in self._last_location.items():
-            field = oversized_totals(self._conn, account_id)
-            if field is not None:
-                self._conflict(location, field, OVERSIZED)
 
     def _day_delta(self, account_id: int, create_us: int, status: str) -> day_figures.Delta:
         """The differences to a day's figures; for an account whose days are rebuilt at the end, a throwaway."""
@@ -345,6 +350,12 @@ class BuildWriter:
         nar: int,
     ) -> None:
         """Add (sign 1) or take away (sign -1) one build's share of the kept totals."""
+        sums = self._sums.get(account_id)
+        if sums is None:
+            sums = self._sums[account_id] = [0, 0, 0]
+        sums[0] += sign * cpu
+        sums[1] += sign * (duration_us or 0)
+        sums[2] += sign * nar
         self._touch(account_id, create_us, stop_us)
         if account_id in self._full:
             return
