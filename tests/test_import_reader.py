@@ -4,6 +4,8 @@ how it refuses, and that the reading process never outlives the import or leaves
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import multiprocessing
 import os
 import signal
@@ -143,15 +145,15 @@ def test_a_large_import_at_the_command_line_ends_with_its_reading_process(tmp_pa
 
 
 def test_a_large_import_at_the_command_line_stores_every_build(tmp_path):
-    path = write_jsonl(tmp_path / "big.jsonl", many(30_000))
+    path = write_jsonl(tmp_path / "big.jsonl", many(40_000))
     assert path.stat().st_size >= ingest.TWO_PROCESS_BYTES
     done = subprocess.run([*buildreport_command(), "import", "--db", str(tmp_path / "t.db"), str(path)],
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
-    assert "imported 30000 builds from 1 file (30000 new, 0 updated, 0 unchanged)" in done.stderr
+    assert "imported 40000 builds from 1 file (40000 new, 0 updated, 0 unchanged)" in done.stderr
     conn = sqlite3.connect(tmp_path / "t.db")
     assert conn.execute("SELECT count(*), count(restart_of_build_id), count(restarted_as_build_id) FROM builds"
-                        ).fetchone() == (30_000, 29_998, 29_998)
+                        ).fetchone() == (40_000, 39_998, 39_998)
     conn.close()
 
 
@@ -190,3 +192,16 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_the_size_that_decides_is_of_the_lines_a_file_holds(tmp_path):
+    lines = b"".join(json.dumps(r).encode() + b"\n" for r in many(3000))
+    plain = tmp_path / "a.jsonl"
+    plain.write_bytes(lines)
+    packed = tmp_path / "a.jsonl.gz"
+    packed.write_bytes(gzip.compress(lines))
+    assert ingest.lines_size(plain) == ingest.lines_size(packed) == len(lines) > 3 * packed.stat().st_size
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(lines)[:100])  # its last bytes are not gzip's size: never less than the file
+    assert ingest.lines_size(cut) >= 100
+    assert ingest.lines_size(tmp_path / "missing.jsonl") == 0

@@ -1,11 +1,12 @@
 """A large import into a database that holds no builds yet, split between two processes.
 
 In such a database every record of an import is a new build (an import names each build once), so nothing
-stored needs reading before a row is made: the reading process makes each build's row and tag rows as the
-writer would (`writer.Row`) and adds up the totals of tag pairs (`TagTotals`), while this side inserts the
-rows as they arrive (`FreshLoad`), adds up the other totals (`BuildTotals`), keeps restart links two-way as
-the writer does, and writes the totals once at the end. The work is split so that each process keeps a core
-about equally busy.
+stored needs reading before a row is made: the reading process makes each build's row as the writer would
+(`writer.Row`) and adds up the totals of tag pairs (`TagTotals`), while this side inserts the rows as they
+arrive (`FreshLoad`) with their tag rows, adds up the other totals (`BuildTotals`), keeps restart links
+two-way as the writer does, and writes the totals once at the end. The work is split so that each process
+keeps a core about equally busy: a million builds in 22.7-23.0 s (three runs), against 54 s through the
+writer alone.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from buildreport.store.totals import (
 )
 from buildreport.store.writer import UPSERT_BUILDS, UPSERT_LOGS, Conflict, LinkEnds, link_peers
 
-# Past this many (tag pair, day, status) the reading process stops adding up totals per tag pair (each
-# costs it some 250 bytes), and they are computed from the stored tag rows at the end instead.
-MAX_TAG_SLOTS = 1_000_000
+# Past this many (tag pair, day, status) the reading process stops adding up totals per tag pair, and they are
+# computed from the stored tag rows at the end instead. Each costs it some 300 bytes; a million builds of the
+# bench's data have 378,598.
+MAX_TAG_SLOTS = 600_000
 _BILLABLE = frozenset(status.value for status in BILLABLE)
 # Columns of a builds row (Row.values).
 _ID, _ACCOUNT, _CREATE, _START, _DURATION, _STOP, _STATUS, _CPU, _NAR, _RESTART_OF, _RESTARTED_AS = (
