@@ -205,3 +205,14 @@ def test_the_size_that_decides_is_of_the_lines_a_file_holds(tmp_path):
     cut.write_bytes(gzip.compress(lines)[:100])  # its last bytes are not gzip's size: never less than the file
     assert ingest.lines_size(cut) >= 100
     assert ingest.lines_size(tmp_path / "missing.jsonl") == 0
+
+
+def test_a_large_file_given_as_standard_input_is_read_in_full(tmp_path):
+    """`import /dev/stdin < FILE`: the reading process is given the same standard input."""
+    path = write_jsonl(tmp_path / "big.jsonl", many(40_000))
+    assert path.stat().st_size >= ingest.TWO_PROCESS_BYTES
+    with path.open("rb") as stdin:
+        done = subprocess.run([*buildreport_command(), "import", "--db", str(tmp_path / "t.db"), "/dev/stdin"],
+                              stdin=stdin, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "imported 40000 builds from 1 file (40000 new" in done.stderr
