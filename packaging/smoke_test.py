@@ -134,6 +134,17 @@ def processes() -> dict[int, Proc]:
     return table
 
 
+def descendants(table: dict[int, Proc], pid: int) -> list[int]:
+    """Every process below `pid` in the process tree `table`."""
+    found, parents = [], [pid]
+    while parents:
+        parent = parents.pop()
+        children = [p.pid for p in table.values() if p.ppid == parent]
+        found += children
+        parents += children
+    return found
+
+
 def cmdline(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
@@ -181,14 +192,7 @@ class Server:
         return [p.pid for p in processes().values() if p.pgrp == self.pgid and p.state != "Z"]
 
     def descendants(self) -> list[int]:
-        table = processes()
-        found, frontier = [], [self.process.pid]
-        while frontier:
-            parent = frontier.pop()
-            children = [p.pid for p in table.values() if p.ppid == parent]
-            found += children
-            frontier += children
-        return found
+        return descendants(processes(), self.process.pid)
 
     def stop(self, signum: int = signal.SIGTERM, *, to_group: bool = False,
              timeout: float = STOP_TIMEOUT) -> tuple[int, float]:
@@ -585,16 +589,6 @@ def test_kill_9_of_the_bootloader_ends_the_server_and_its_workers(tmp_path: Path
     while (left := alive(pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, {pid: " ".join(cmdline(pid)) for pid in left}
-
-
-def descendants(table: dict, pid: int) -> list[int]:
-    found, parents = [], [pid]
-    while parents:
-        parent = parents.pop()
-        children = [p.pid for p in table.values() if p.ppid == parent]
-        found += children
-        parents += children
-    return found
 
 
 def test_kill_9_of_the_bootloader_ends_an_import(tmp_path: Path) -> None:
