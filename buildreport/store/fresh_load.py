@@ -23,22 +23,23 @@ from buildreport.store.queries import US_PER_DAY, US_PER_HOUR
 from buildreport.store.totals import (
     DAILY,
     HOUR_UPSERT,
-    OVERSIZED,
-    oversized_totals,
     recompute_totals,
+    refuse_oversized,
 )
-from buildreport.store.writer import UPSERT_BUILDS, UPSERT_LOGS, Conflict, LinkEnds, link_peers
+from buildreport.store.writer import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS, Conflict, LinkEnds, link_peers
 
 # Past this many (tag pair, day, status) the reading process stops adding up totals per tag pair, and they are
 # computed from the stored tag rows at the end instead. Each costs it some 300 bytes; a million builds of the
 # bench's data have 378,598.
 MAX_TAG_SLOTS = 600_000
 _BILLABLE = frozenset(status.value for status in BILLABLE)
-# Columns of a builds row (Row.values).
+# Where a builds row (Row.values) holds each column this module reads.
 _ID, _ACCOUNT, _CREATE, _START, _DURATION, _STOP, _STATUS, _CPU, _NAR, _RESTART_OF, _RESTARTED_AS = (
-    0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11
+    BUILD_COLUMNS.index(name)
+    for name in ("build_id", "account_id", "create_us", "start_us", "duration_us", "stop_us", "status", "cpu_seconds",
+                 "nar_size_bytes", "restart_of_build_id", "restarted_as_build_id")
 )
-_DURATION_TEXT, _QUEUE_TEXT = 15, 16
+_DURATION_TEXT, _QUEUE_TEXT = BUILD_COLUMNS.index("duration_text"), BUILD_COLUMNS.index("queue_text")
 
 # The figures of a totals row, as a list added to in place: builds, CPU seconds, duration (µs), NAR bytes,
 # first start, last stop (None while no build has stopped).
@@ -206,13 +207,7 @@ class FreshLoad:
         """Write the totals, with those of tag pairs as the reading process added them up (None: too many to add
         up there). An account whose sums reach MAX_ACCOUNT_TOTAL is a conflict, as in the writer."""
         conn = self._conn
-        oversized = False
-        for account_id, location in self._last_location.items():
-            field = oversized_totals(conn, account_id, self._totals.sums[account_id])
-            if field is not None:
-                self._conflict(location, field, OVERSIZED)
-                oversized = True
-        if oversized:
+        if refuse_oversized(conn, self._conflict, self._last_location, self._totals.sums):
             return  # the load fails, and its totals might not fit their columns
         self._totals.write(conn)
         if tags is None:

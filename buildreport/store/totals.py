@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from buildreport.models import BILLABLE
 from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, in_list
@@ -106,6 +106,23 @@ def oversized_totals(conn: sqlite3.Connection, account_id: int, change: Sequence
         if stored + changed >= MAX_ACCOUNT_TOTAL:
             return name
     return None
+
+
+def refuse_oversized(
+    conn: sqlite3.Connection,
+    conflict: Callable[[object, str, str], None],
+    last_location: dict[int, object],
+    changes: dict[int, list[int]],
+) -> bool:
+    """Before a write's totals are written: tell `conflict` of each account (at its last record) whose totals the
+    write's `changes` would take to MAX_ACCOUNT_TOTAL (oversized_totals); whether there was any."""
+    refused = False
+    for account_id, location in last_location.items():
+        field = oversized_totals(conn, account_id, changes.get(account_id, (0, 0, 0)))
+        if field is not None:
+            conflict(location, field, OVERSIZED)
+            refused = True
+    return refused
 
 
 # --- kept in step by differences -------------------------------------------------------------------

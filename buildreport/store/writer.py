@@ -26,15 +26,14 @@ from buildreport.store.totals import (
     DAILY,
     FULL_RECOMPUTE_THRESHOLD,
     HOURLY,
-    OVERSIZED,
     HourDelta,
     apply_hour_deltas,
     apply_usage_deltas,
     day_of,
     hour_of,
-    oversized_totals,
     recompute_days,
     recompute_totals,
+    refuse_oversized,
 )
 from buildreport.times import to_us
 
@@ -109,6 +108,7 @@ class Row(msgspec.Struct):
         return self.start_us + self.duration_us if self.duration_us is not None else None
 
     def values(self) -> tuple:
+        """The builds row, in the order of BUILD_COLUMNS."""
         b = self.build
         return (
             b.build_id,
@@ -175,11 +175,15 @@ class _Existing(msgspec.Struct):
     queue_text: str | None
 
 
-UPSERT_BUILDS = """
-INSERT INTO builds (build_id, account_id, create_us, start_us, duration_us, stop_us, status, cpu_seconds,
-                    nar_size_bytes, derivation_path, restart_of_build_id, restarted_as_build_id, body, body_hash,
-                    source_id, duration_text, queue_text)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+# The columns of a builds row, in the order of Row.values.
+BUILD_COLUMNS = (
+    "build_id", "account_id", "create_us", "start_us", "duration_us", "stop_us", "status", "cpu_seconds",
+    "nar_size_bytes", "derivation_path", "restart_of_build_id", "restarted_as_build_id", "body", "body_hash",
+    "source_id", "duration_text", "queue_text",
+)
+UPSERT_BUILDS = f"""
+INSERT INTO builds ({", ".join(BUILD_COLUMNS)})
+VALUES ({", ".join("?" * len(BUILD_COLUMNS))})
 ON CONFLICT (build_id) DO UPDATE SET
     create_us = excluded.create_us, start_us = excluded.start_us, duration_us = excluded.duration_us,
     stop_us = excluded.stop_us, status = excluded.status, cpu_seconds = excluded.cpu_seconds,
@@ -295,13 +299,7 @@ class BuildWriter:
         """Write what is batched and bring the totals of every touched hour and day in step: by differences,
         or, for an account whose builds spread over many hours (a large import), in one pass over its builds."""
         self.flush()
-        oversized = False
-        for account_id, location in self._last_location.items():
-            field = oversized_totals(self._conn, account_id, self._sums.get(account_id, (0, 0, 0)))
-            if field is not None:
-                self._conflict(location, field, OVERSIZED)
-                oversized = True
-        if oversized:
+        if refuse_oversized(self._conn, self._conflict, self._last_location, self._sums):
             return  # the write fails, and its totals might not fit their columns
         full = self._full
         if full:
@@ -604,17 +602,17 @@ def link_peers(
     if not ids:
         return
     marks = ",".join("?" * len(ids))
-    pairs = (("restart_of_build_id", "restarted_as_build_id"), ("restarted_as_build_id", "restart_of_build_id"))
+    # (the peers' column, the written build's field, that field in LinkEnds)
+    pairs = (("restart_of_build_id", "restarted_as_build_id", "restarted_as"),
+             ("restarted_as_build_id", "restart_of_build_id", "restart_of"))
     linked: set[tuple[int, str]] = set()  # (build id, field) set here from the other side
-    for column, own in pairs:
+    for column, own, own_end in pairs:
         peers = conn.execute(f"SELECT build_id, {column}, account_id FROM builds WHERE {column} IN ({marks})", ids)
         for peer_id, target, peer_account in peers.fetchall():
             ends = end_of(target)
             if peer_account != ends.account_id:
                 conflict(ends.location, own, f"build {peer_id} of another account links to this build")
-            elif getattr(ends, "restart_of" if own == "restart_of_build_id" else "restarted_as") is None and (
-                (target, own) not in linked
-            ):
+            elif getattr(ends, own_end) is None and (target, own) not in linked:
                 _set_link(conn, target, own, peer_id)
                 linked.add((target, own))
 
