@@ -75,10 +75,11 @@ end"""
   local e = summary.errors
   io.write(string.format(
     'BENCH_RESULT {"requests": %.0f, "duration_us": %.0f, "bytes": %.0f, "connect": %.0f, "read": %.0f, '
-    .. '"write": %.0f, "status": %.0f, "timeout": %.0f, "p50_us": %.1f, "p90_us": %.1f, "p99_us": %.1f, '
-    .. '"mean_us": %.1f, "max_us": %.1f}\\n',
+    .. '"write": %.0f, "status": %.0f, "timeout": %.0f, "p25_us": %.1f, "p50_us": %.1f, "p75_us": %.1f, '
+    .. '"p90_us": %.1f, "p99_us": %.1f, "mean_us": %.1f, "max_us": %.1f}\\n',
     summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.mean, latency.max))
+    latency:percentile(25), latency:percentile(50), latency:percentile(75), latency:percentile(90),
+    latency:percentile(99), latency.mean, latency.max))
 end"""
     )
     return "\n".join(lines) + "\n"
@@ -97,7 +98,9 @@ def _figures(raw: dict[str, float]) -> dict[str, object]:
         "requests": int(raw["requests"]),
         "seconds": round(seconds, 3),
         "rps": round(raw["requests"] / seconds, 1) if seconds else 0.0,
+        "p25_ms": round(raw["p25_us"] / 1000, 3),
         "p50_ms": round(raw["p50_us"] / 1000, 3),
+        "p75_ms": round(raw["p75_us"] / 1000, 3),
         "p90_ms": round(raw["p90_us"] / 1000, 3),
         "p99_ms": round(raw["p99_us"] / 1000, 3),
         "mean_ms": round(raw["mean_us"] / 1000, 3),
@@ -191,7 +194,8 @@ def run_python(base: str | list[str], paths: list[str], token: str | None, conne
     latencies.sort()
     raw = {
         "requests": len(latencies), "duration_us": elapsed * 1e6, "bytes": received, **errors,
-        "p50_us": _percentile(latencies, 50) * 1e6, "p90_us": _percentile(latencies, 90) * 1e6,
+        "p25_us": _percentile(latencies, 25) * 1e6, "p50_us": _percentile(latencies, 50) * 1e6,
+        "p75_us": _percentile(latencies, 75) * 1e6, "p90_us": _percentile(latencies, 90) * 1e6,
         "p99_us": _percentile(latencies, 99) * 1e6,
         "mean_us": (sum(latencies) / len(latencies) * 1e6) if latencies else math.nan,
         "max_us": (latencies[-1] * 1e6) if latencies else math.nan,
