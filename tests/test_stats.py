@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from array import array
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from buildreport.filters import BuildFilter, GroupBy
 from buildreport.models import BuildStatus
-from buildreport.stats import derivation_name, nearest_rank
+from buildreport.stats import derivation_name, nearest_rank, percentiles, value_groups
 from buildreport.store import open_database, stats_queries
 
 ORIGIN = NOW.replace(minute=0, second=0) - timedelta(days=4)
@@ -357,3 +358,26 @@ def test_statistics_read_in_two_parts_are_those_read_in_one(tmp_path):
         assert len(stats_queries.stats_parts(1, short, GroupBy("tag", "project"))) == 1
     finally:
         conn.close()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.booleans(),  # a stored day's values (an array of doubles) or a build's (a list of floats)
+            st.lists(st.floats(min_value=0, max_value=1e9, allow_nan=False), max_size=6),
+        ),
+        max_size=12,
+    )
+)
+def test_groups_of_stored_days_and_single_builds_hold_every_value_and_leave_the_rows_as_they_were(parts):
+    rows = [(key, ((1, 0, 0, 0), 0, 0, array("d", values) if stored else list(values), list(values)))
+            for key, stored, values in parts]
+    before = [(key, list(figures[3]), list(figures[4])) for key, figures in rows]
+    for _ in range(2):  # decoded rows are grouped more than once (the dashboard)
+        groups = value_groups(rows, "derivation_path")
+        for key, group in groups.items():
+            expected = sorted(v for k, _, values in parts if k == key for v in values)
+            assert group.p95_duration() == (nearest_rank(expected, 95) if expected else None)
+            assert percentiles(group.queues) == percentiles(list(expected))
+    assert [(key, list(figures[3]), list(figures[4])) for key, figures in rows] == before
