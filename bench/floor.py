@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from buildreport import filters
+from buildreport.answers import heavy_turns
 from buildreport.app import tune_process
 from buildreport.config import Settings, load_secret_keys
 from buildreport.models import BuildURL, Health
@@ -144,7 +145,8 @@ def _dashboard_step(reader: Reader, signer: LinkSigner, settings: Settings, acco
 
     dashboard_signer = DashboardSigner(load_secret_keys(settings))
     token = dashboard_signer.link_url("", DashboardClaims(account_id, now_us() + 86_400 * US_PER_SECOND))[3:]
-    state = SimpleNamespace(reader=reader, signer=signer, dashboard_signer=dashboard_signer, settings=settings)
+    state = SimpleNamespace(reader=reader, signer=signer, dashboard_signer=dashboard_signer, settings=settings,
+                            heavy=heavy_turns())
     request = SimpleNamespace(app=SimpleNamespace(state=state), scope={"query_string": urlencode(pairs).encode()})
     handler = dashboard.dashboard_page.fn
 

@@ -131,6 +131,7 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.reader = await open_reader(settings.db, settings.read_dbs)
         app.state.writes = Writes(settings.db)
+        app.state.heavy = answers.heavy_turns()
         try:
             yield
         finally:

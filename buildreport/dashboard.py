@@ -244,14 +244,15 @@ async def dashboard_page(
     kind = "hour" if query.window == "24h" else "day"
     window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], tags=query.tags)
     # The reads run at once: each one's figures are computed while the next ones wait on the database.
-    periods, (tables, newest, newest_failed), (this_month, last_month), running, failures = await asyncio.gather(
-        _periods(reader, account, window, kind, now),
-        _derivations(reader, account, window),
-        _months(reader, account, now),
-        _builds(reader, account, BuildFilter(create_from_us=now - RUNNING_LOOKBACK_US, statuses=tuple(UNFINISHED),
-                                             tags=query.tags), 20),
-        _builds(reader, account, msgspec.structs.replace(window, statuses=tuple(sorted(FAILED))), TOP),
-    )
+    async with request.app.state.heavy:
+        periods, (tables, newest, newest_failed), (this_month, last_month), running, failures = await asyncio.gather(
+            _periods(reader, account, window, kind, now),
+            _derivations(reader, account, window),
+            _months(reader, account, now),
+            _builds(reader, account, BuildFilter(create_from_us=now - RUNNING_LOOKBACK_US,
+                                                 statuses=tuple(UNFINISHED), tags=query.tags), 20),
+            _builds(reader, account, msgspec.structs.replace(window, statuses=tuple(sorted(FAILED))), TOP),
+        )
     links = _Links(request, claims)
     prefix = _prefix(request)
     return _render(

@@ -25,7 +25,8 @@ def test_pairs_keep_their_order_blanks_and_repeats() -> None:
 def _ask(env: Env, steps: Any) -> Any:
     async def run() -> Any:
         reader = await open_reader(env.db)
-        state = SimpleNamespace(settings=SimpleNamespace(base_url="https://reports.example"))
+        state = SimpleNamespace(settings=SimpleNamespace(base_url="https://reports.example"),
+                                heavy=answers.heavy_turns())
         try:
             return await steps(lambda query, build_id="": answers.Ask(answers.pairs_of(query), 1, reader, state,
                                                                       build_id))
@@ -74,3 +75,24 @@ def test_usage_is_encoded_from_the_reader(env: Env) -> None:
         return await answers.usage(ask(b"from=2000-01-01"))
 
     assert json.loads(_ask(env, steps).body) == {"billable_cpu_seconds": 9, "billable_build_count": 1}
+
+
+@pytest.mark.sqlite_only
+def test_statistics_and_breakdowns_wait_while_every_heavy_turn_is_taken(env: Env) -> None:
+    env.load([record(1, cpu_seconds=9)])
+
+    async def steps(ask: Any) -> tuple[list[bool], list[answers.Json]]:
+        heavy = ask(b"").state.heavy
+        for _ in range(answers.HEAVY_AT_ONCE):
+            await heavy.acquire()
+        waiting = [asyncio.create_task(answers.build_stats(ask(b"create_time_from=2000-01-01"))),
+                   asyncio.create_task(answers.usage_breakdown(ask(b"group_by=day&from=2000-01-01")))]
+        await asyncio.sleep(0.2)
+        done_while_taken = [task.done() for task in waiting]
+        heavy.release()  # one turn free: both answers get it in turn
+        return done_while_taken, await asyncio.wait_for(asyncio.gather(*waiting), 10)
+
+    done_while_taken, (built, usage) = _ask(env, steps)
+    assert done_while_taken == [False, False]
+    assert sum(group["build_count"] for group in json.loads(built.body)) == 1
+    assert [group["billable_cpu_seconds"] for group in json.loads(usage.body)] == [9]
