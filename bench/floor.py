@@ -235,7 +235,6 @@ def measure(db: Path | str, account_id: int, endpoints: list[dict[str, Any]], *,
     except ImportError:
         loop_factory = None
         loop_kind = "asyncio (uvloop missing)"
-    tune_process()
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         results = runner.run(_run(db, account_id, endpoints, iterations, warmup, budget_s))
     return {"loop": loop_kind, "iterations_max": iterations, "warmup": warmup, "budget_s": budget_s,
@@ -246,6 +245,7 @@ def main() -> None:
     """`python bench/floor.py` with {"db", "account_id", "endpoints", "iterations", "warmup", "budget_s"} as JSON on
     standard input: measure's result as JSON on standard output."""
     given = json.load(sys.stdin)
+    tune_process()  # this process then runs the endpoints as a serving worker would
     for endpoint in given["endpoints"]:
         endpoint["pairs"] = [tuple(pair) for pair in endpoint.get("pairs", [])]
     result = measure(given["db"], given["account_id"], given["endpoints"], iterations=given["iterations"],

@@ -113,9 +113,9 @@ async def usage(ask: Ask) -> Json:
     return Json(_ENCODE(await ask.reader.usage(ask.account_id, query)))
 
 
-# How many statistics answers and dashboards a worker computes at once; the others wait their turn. Their
-# work is Python on one event loop, so more at once are no faster, but each holds its rows until it is done:
-# 32 dashboards at once took a worker 47 MiB past one at a time.
+# How many statistics answers, breakdowns and dashboards a worker computes at once; the others wait their
+# turn. Their work is Python on one event loop, so more at once are no faster, but each holds its rows until it
+# is done: 32 dashboards at once took a worker 47 MiB past one at a time.
 HEAVY_AT_ONCE = 2
 
 

@@ -222,10 +222,9 @@ def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> None:
             added = with_added(bytes(row[0]), delta.builds, delta.cpu_seconds, *delta.added)
             conn.execute(_UPSERT, (*key, added))
             continue
-        builds, cpu_seconds, kept_durations, kept_queue_times = unpack(row[0]) if row is not None else (
-            0, 0, array("d"), array("d"))
-        durations = _changed(kept_durations.tolist(), delta.added[0], delta.removed[0])
-        queue_times = _changed(kept_queue_times.tolist(), delta.added[1], delta.removed[1])
+        builds, cpu_seconds, durations, queue_times = unpack(row[0]) if row is not None else (0, 0, [], [])
+        durations = _changed(list(durations), delta.added[0], delta.removed[0])
+        queue_times = _changed(list(queue_times), delta.added[1], delta.removed[1])
         builds += delta.builds
         if durations is None or queue_times is None or builds < 0:
             rebuild.add((account_id, day))
