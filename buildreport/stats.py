@@ -7,45 +7,23 @@ computed one way, in one place, and can be checked against a plain computation i
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import msgspec
 
+from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, nearest_rank
 from buildreport.filters import GroupBy, StatsQuery
-from buildreport.models import (
-    BILLABLE,
-    DISCARDED,
-    FAILED,
-    SUCCESSFUL,
-    UNFINISHED,
-    BuildStatsGroup,
-    Percentiles,
-    UsageBreakdownGroup,
-)
-from buildreport.store import day_figures
+from buildreport.models import BuildStatsGroup, Percentiles, UsageBreakdownGroup
+from buildreport.store import day_figures, day_summaries
 from buildreport.times import US_PER_DAY, format_us, from_us
 
 US_PER_HOUR = US_PER_DAY // 24
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
-# A group's durations or queue times: stored days come as arrays of doubles, builds read one by one as lists.
-Values = array | list[float]
+# A group's durations or queue times: stored days come as arrays of doubles, builds read one by one as lists,
+# and a day's kept summary as its percentiles, already ranked.
+Values = array | list[float] | Percentiles
 _TAGS = msgspec.json.Decoder(dict[str, str])
-_KIND = {
-    **{s.value: "successful" for s in SUCCESSFUL},
-    **{s.value: "failed" for s in FAILED},
-    **{s.value: "discarded" for s in DISCARDED},
-    **{s.value: "running" for s in UNFINISHED},
-}
-_BILLABLE = frozenset(s.value for s in BILLABLE)
-_KINDS = ("successful", "failed", "discarded", "running")
-_KIND_INDEX = {status: _KINDS.index(kind) for status, kind in _KIND.items()}
-
-
-def nearest_rank(ordered: Sequence[float], percent: int) -> float:
-    """The nearest-rank percentile of values sorted ascending: the value at rank ceil(percent/100 * n)."""
-    rank = max(1, -(-percent * len(ordered) // 100))
-    return ordered[rank - 1]
 
 
 def ascending(values: Values) -> list[float]:
@@ -58,7 +36,9 @@ def ascending(values: Values) -> list[float]:
 
 
 def percentiles(values: Values) -> Percentiles | None:
-    """The percentiles of a group's values (see `ascending`)."""
+    """The percentiles of a group's values (see `ascending`), or those a kept day summary ranked."""
+    if isinstance(values, Percentiles):
+        return values
     ordered = ascending(values)
     if not ordered:
         return None
@@ -135,6 +115,8 @@ class _Group:
 
     def p95_duration(self) -> float | None:
         """The nearest-rank p95 of the durations, for ranking groups; sorts them in place (result reuses that)."""
+        if isinstance(self.durations, Percentiles):
+            return self.durations.p95
         self.durations = ascending(self.durations)
         return nearest_rank(self.durations, 95) if self.durations else None
 
@@ -159,7 +141,14 @@ def _joined(values: Values, more: Values) -> Values:
     """`values` with `more` after them. A group keeps the kind of its first values: arrays of doubles from
     stored days (8 bytes a value where a float takes 32), lists of floats from builds read one by one (turning
     those into doubles and back took a tenth of a statistics answer by tag). `more` is copied, not taken: decoded
-    rows are grouped more than once."""
+    rows are grouped more than once. A day summary's percentiles stand for the whole of a group's values: they
+    join only a group of nothing else, which a grouping by day of whole days is."""
+    if isinstance(values, Percentiles) or isinstance(more, Percentiles):
+        if not isinstance(more, Percentiles) and not more:
+            return values
+        if not isinstance(values, Percentiles) and not values:
+            return more
+        raise ValueError("a day summary's percentiles cannot be joined with other values")
     if not values:
         return more[:]
     values.extend(more)
@@ -171,12 +160,20 @@ _Figures = tuple[tuple[int, int, int, int], int, int, Values, Values]
 _NO_BUILDS = (0, 0, 0, 0)
 
 
+def _ranked(ranked: tuple[float, ...] | None) -> Percentiles | list[float]:
+    return [] if ranked is None else Percentiles(*ranked)
+
+
 def _figures(status: str | None, text: str | bytes | None) -> _Figures:
     """The figures of a row of stats_rows: of builds of one status, or of every kind. The numbers are decoded
     from the JSON text of the values as stored, so they are exactly the values a client reads; a day's kept
-    figures come as their binary value (store/day_figures.py), or null when the day has no such builds."""
+    figures come as their binary value (store/day_figures.py, or without a status store/day_summaries.py),
+    or null when the day has no such builds."""
     if text is None:
         return _NO_BUILDS, 0, 0, [], []
+    if isinstance(text, bytes | memoryview) and status is None:
+        day = day_summaries.unpack(bytes(text))
+        return day.counts, day.cpu_seconds, day.billable_cpu_seconds, _ranked(day.durations), _ranked(day.queue_times)
     if isinstance(text, bytes | memoryview):
         builds, cpu, durations, queues = day_figures.unpack(bytes(text))
     elif status is None:
@@ -186,8 +183,8 @@ def _figures(status: str | None, text: str | bytes | None) -> _Figures:
         builds, cpu, durations, queues = _BY_STATUS.decode(text)
     assert status is not None  # rows of kept figures are of one status
     counts = [0, 0, 0, 0]
-    counts[_KIND_INDEX[status]] = builds
-    return tuple(counts), cpu, cpu if status in _BILLABLE else 0, durations, queues  # type: ignore[return-value]
+    counts[KIND_INDEX[status]] = builds
+    return tuple(counts), cpu, cpu if status in BILLABLE_STATUSES else 0, durations, queues  # type: ignore[return-value]
 
 
 # A row of stats_rows with its figures decoded: (value, figures).

@@ -43,8 +43,12 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 # Undoes the schema's last migration on a database: the builds table as it was before statistics read durations
 # and queue times from columns (for tests that bring an older database up to date).
+# A database before days kept their summaries over every status (schema version 7).
+WITHOUT_DAY_SUMMARIES = """
+DROP TABLE day_summaries;
+"""
 # A database before build_tags carried its builds' figures and days their kept figures (schema version 6).
-WITHOUT_TAG_FIGURES = """
+WITHOUT_TAG_FIGURES = WITHOUT_DAY_SUMMARIES + """
 DROP TABLE day_figures;
 ALTER TABLE build_tags DROP COLUMN status;
 ALTER TABLE build_tags DROP COLUMN cpu_seconds;

@@ -123,6 +123,11 @@ class Aggregate:
     def finalize(self) -> bytes:
         return self._day.value()
 
+    def numbers(self) -> tuple[int, int, list[float], list[float]]:
+        """(builds, CPU seconds, durations, queue times) of the group; the numbers ascending once finalized."""
+        day = self._day
+        return day.builds, day.cpu_seconds, day.durations, day.queue_times
+
 
 def recompute(conn: Any, days: Iterable[tuple[int, int]]) -> None:
     """Rebuild the figures of each (account, day start) from the builds created that day."""

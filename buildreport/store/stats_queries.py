@@ -9,14 +9,15 @@ costs more than everything else together). Each group is read on its own, as ran
 every figure it needs:
 
 - time groups (no tag filter): one range of `builds_for_stats` per period and status; a whole day of a
-  grouping by day, its row of `day_figures` (kept by the writer, see day_figures.py) per status;
+  grouping by day, its row of `day_summaries` (without a status filter; see day_summaries.py) or of
+  `day_figures` per status (see day_figures.py), both kept by the writer;
 - tag groups: the tag's values, found one by one in the tag index, then each value's tag rows in the window
   (each tag row holds its build's status, CPU seconds, duration and queue time);
 - derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
 - anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
 
-Each row is `(value, status, figures)`. `figures` is a JSON array (or, from
-`day_figures`, its binary value, or null for a day without builds of the status): with a status,
+Each row is `(value, status, figures)`. `figures` is a JSON array (or the binary value of a row of
+`day_figures`, or with status null of `day_summaries`; null for a day without such builds): with a status,
 `[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
 `[builds, successful, discarded, unfinished, cpu seconds, unbilled cpu seconds, [durations], [queue times]]`.
 
@@ -138,7 +139,18 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         f"(SELECT {_by_status('b', queues)} FROM builds b WHERE b.account_id = ? AND b.status = statuses.status"
         " AND b.create_us >= periods.low AND b.create_us < periods.high)"
     )
-    if period == US_PER_DAY:  # whole days of the window: their kept figures
+    whole_day = f"periods.low % {US_PER_DAY} = 0 AND periods.high = periods.low + {US_PER_DAY}"
+    if period == US_PER_DAY and not build_filter.statuses:
+        # Whole days of the window: each its one kept summary, of every status (status NULL); the edges by status.
+        sql += (
+            f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
+            f" WHERE NOT ({whole_day})"
+            " UNION ALL SELECT periods.low, NULL, (SELECT s.figures FROM day_summaries s"
+            f" WHERE s.account_id = ? AND s.day_us = periods.low) FROM periods WHERE {whole_day}"
+        )
+        return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id,
+                     account_id]
+    if period == US_PER_DAY:  # whole days of the window: their kept figures per status
         figures = (
             "CASE WHEN periods.low % ? = 0 AND periods.high = periods.low + ? THEN (SELECT f.figures FROM day_figures f"
             " WHERE f.account_id = ? AND f.day_us = periods.low AND f.status = statuses.status)"

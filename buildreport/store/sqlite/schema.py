@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
-from buildreport.store import day_figures, tag_totals
+from buildreport.store import day_figures, day_summaries, tag_totals
 from buildreport.store.errors import DatabaseError
 from buildreport.store.sqlite.writelock import lock_path
 
@@ -162,6 +162,8 @@ MIGRATIONS += (
     """
     + day_figures.TABLE.format(integer="INTEGER", blob="BLOB")
     + day_figures.FILL,
+    # Each day's statistics over every status, ranked (see day_summaries.py): a year by day reads these.
+    day_summaries.TABLE.format(integer="INTEGER", blob="BLOB", without_rowid=" WITHOUT ROWID") + day_summaries.FILL,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -323,6 +325,7 @@ def migrate(
 
     conn.create_function("buildreport_body_hash", 1, body_hash, deterministic=True)
     conn.create_aggregate("buildreport_day_figures", 3, day_figures.Aggregate)
+    conn.create_aggregate("buildreport_day_summary", 2, day_summaries.Aggregate)
     latest = len(migrations)
     version = check_version(conn, path, app_id, latest)
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
