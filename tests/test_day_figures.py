@@ -55,26 +55,34 @@ def at(day: int, hour: int) -> str:
     return (DAY0 + timedelta(days=day, hours=hour)).isoformat()
 
 
+# Builds written, then written again: built and failed swap, build 3 finishes, build 1 moves to another day,
+# build 4 changes nothing.
+WRITTEN_FIRST = [
+    record(1, create_time=at(0, 1), duration_seconds=0.1 + 0.2, queue_time_seconds=1e-7),
+    record(2, create_time=at(0, 5), build_status="timeout", duration_seconds=12.0),
+    record(3, create_time=at(1, 2), build_status="running", duration_seconds=None),
+    record(4, create_time=at(2, 23), cpu_seconds=7, account="other"),
+]
+WRITTEN_AGAIN = [
+    record(1, create_time=at(3, 0), build_status="build_failed", duration_seconds=99.5),
+    record(2, create_time=at(0, 5), duration_seconds=1234567.891011),
+    record(3, create_time=at(1, 2), duration_seconds=60.25, queue_time_seconds=0.0),
+    record(4, create_time=at(2, 23), cpu_seconds=7, account="other"),
+]
+
+
 def test_kept_figures_follow_builds_written_again_moved_and_finished(tmp_path):
-    first = [
-        record(1, create_time=at(0, 1), duration_seconds=0.1 + 0.2, queue_time_seconds=1e-7),
-        record(2, create_time=at(0, 5), build_status="timeout", duration_seconds=12.0),
-        record(3, create_time=at(1, 2), build_status="running", duration_seconds=None),
-        record(4, create_time=at(2, 23), cpu_seconds=7, account="other"),
-    ]
-    again = [
-        # Built and failed swap; build 3 finishes; build 1 moves to another day; build 4 changes nothing.
-        record(1, create_time=at(3, 0), build_status="build_failed", duration_seconds=99.5),
-        record(2, create_time=at(0, 5), duration_seconds=1234567.891011),
-        record(3, create_time=at(1, 2), duration_seconds=60.25, queue_time_seconds=0.0),
-        record(4, create_time=at(2, 23), cpu_seconds=7, account="other"),
-    ]
+    from test_day_summaries import kept_summaries, plain_summaries  # which imports this module
+
     conn = open_database(tmp_path / "t.db")
-    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", first)], 0)
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", WRITTEN_FIRST)], 0)
     assert kept_days(conn) == plain_days(conn)
-    import_files(conn, [write_jsonl(tmp_path / "b.jsonl", again)], 0)
+    assert kept_summaries(conn) == plain_summaries(conn)
+    import_files(conn, [write_jsonl(tmp_path / "b.jsonl", WRITTEN_AGAIN)], 0)
     kept = kept_days(conn)
     assert kept == plain_days(conn)
+    # Each day's summary over every status is derived again with them (test_day_summaries.py).
+    assert kept_summaries(conn) == plain_summaries(conn) and len(kept_summaries(conn)) == 4
     assert {(day, status) for _, day, status in kept} == {
         (DAY0.timestamp() * 1_000_000 + d * US_PER_DAY, s)
         for d, s in ((0, "built"), (1, "built"), (2, "built"), (3, "build_failed"))

@@ -85,30 +85,6 @@ def test_a_day_without_builds_has_no_summary():
     assert day_summaries.summarize([day_summaries.Part("built", 0, 0, [], [])]) is None
 
 
-def test_summaries_follow_builds_imported_written_again_moved_and_finished(tmp_path):
-    first = [
-        record(1, create_time=at(0, 1), duration_seconds=0.1 + 0.2, queue_time_seconds=1e-7),
-        record(2, create_time=at(0, 5), build_status="timeout", duration_seconds=12.0),
-        record(3, create_time=at(1, 2), build_status="running", duration_seconds=None),
-        record(4, create_time=at(2, 23), cpu_seconds=7, account="other"),
-        record(5, create_time=at(1, 3), build_status="build_failed", duration_seconds=3.5, cpu_seconds=11),
-    ]
-    again = [
-        record(1, create_time=at(3, 0), build_status="build_failed", duration_seconds=99.5),  # moves a day
-        record(2, create_time=at(0, 5), duration_seconds=1234567.891011),  # timeout becomes built
-        record(3, create_time=at(1, 2), duration_seconds=60.25, queue_time_seconds=0.0),  # finishes
-        record(4, create_time=at(2, 23), cpu_seconds=7, account="other"),  # unchanged
-    ]
-    conn = open_database(tmp_path / "t.db")
-    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", first)], 0)
-    assert kept_summaries(conn) == plain_summaries(conn)
-    import_files(conn, [write_jsonl(tmp_path / "b.jsonl", again)], 0)
-    kept = kept_summaries(conn)
-    assert kept == plain_summaries(conn)
-    assert len(kept) == 4  # days 0, 1 and 3 of the first account, day 2 of the other
-    conn.close()
-
-
 def test_a_day_whose_last_build_moves_away_loses_its_summary(env):
     env.load([record(1, create_time=at(0, 1)), record(2, create_time=at(1, 1))])
     env.load([record(1, create_time=at(1, 2))])

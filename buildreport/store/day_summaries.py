@@ -50,7 +50,8 @@ class Part(NamedTuple):
 
 
 class Summary(NamedTuple):
-    """A stored value read back. Each `ranked` is (p50, p90, p95, p99, max), or None without values."""
+    """A stored value read back. `durations` and `queue_times` are each (p50, p90, p95, p99, max), or None for
+    a day without such values."""
 
     counts: tuple[int, int, int, int]  # successful, failed, discarded, running
     cpu_seconds: int
