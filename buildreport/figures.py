@@ -20,7 +20,7 @@ _KIND_OF = {
 # A status's place in a group's counts (successful, failed, discarded, running).
 KIND_INDEX = {status: KINDS.index(kind) for status, kind in _KIND_OF.items()}
 BILLABLE_STATUSES = frozenset(s.value for s in BILLABLE)
-# The percentiles answered besides the maximum.
+# The percentiles answered besides the maximum, in the order of models.Percentiles' fields.
 PERCENTS = (50, 90, 95, 99)
 
 
@@ -37,7 +37,7 @@ def nearest_rank(ordered: Sequence[float], percent: int) -> float:
 def smallest_at(runs: Sequence[Sequence[float]], at: int) -> float:
     """The `at`-th smallest value (from 1) of several ascending runs taken together, without merging them: in
     each run, the first value with at least `at` values of all runs at or below it, found by bisection; the
-    least of those. A day of 150,000 builds in four runs takes 0.3 ms where merging them took 5 ms."""
+    least of those. For 150,000 values in four runs, four ranks take 0.3 ms where merging the runs took 4.9 ms."""
     found = float("inf")
     for run in runs:
         low, high = 0, len(run)

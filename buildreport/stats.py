@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, nearest_rank
+from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
 from buildreport.filters import GroupBy, StatsQuery
 from buildreport.models import BuildStatsGroup, Percentiles, UsageBreakdownGroup
 from buildreport.store import day_figures, day_summaries
@@ -42,13 +42,7 @@ def percentiles(values: Values) -> Percentiles | None:
     ordered = ascending(values)
     if not ordered:
         return None
-    return Percentiles(
-        p50=nearest_rank(ordered, 50),
-        p90=nearest_rank(ordered, 90),
-        p95=nearest_rank(ordered, 95),
-        p99=nearest_rank(ordered, 99),
-        max=ordered[-1],
-    )
+    return Percentiles(*(nearest_rank(ordered, percent) for percent in PERCENTS), ordered[-1])
 
 
 def derivation_name(path: str) -> str:

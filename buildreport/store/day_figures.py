@@ -213,14 +213,16 @@ def with_added(value: bytes, builds: int, cpu_seconds: int, durations: list[floa
     return header + merged.tobytes()
 
 
-def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> None:
+def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> set[tuple[int, int]]:
     """Bring each (account, day start, status) touched by a write in step by its differences: the day's
     stored value is read and written once, and no build of the day is read again. A day whose value does not
-    hold what a difference takes out is rebuilt from its builds."""
+    hold what a difference takes out is rebuilt from its builds. The (account, day start) whose figures changed."""
     rebuild: set[tuple[int, int]] = set()
+    changed: set[tuple[int, int]] = set()
     for (account_id, day, status), delta in sorted(deltas.items()):
         if delta.builds == 0 and delta.cpu_seconds == 0 and delta.added == delta.removed:
             continue  # a build written again as it was
+        changed.add((account_id, day))
         key = (account_id, day, status)
         row = conn.execute(_SELECT_ONE, key).fetchone()
         if row is not None and not delta.removed[0] and not delta.removed[1] and delta.builds >= 0:
@@ -239,3 +241,4 @@ def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> None:
             conn.execute(_UPSERT, (*key, pack(builds, cpu_seconds + delta.cpu_seconds, durations, queue_times)))
     if rebuild:
         recompute(conn, rebuild)
+    return changed

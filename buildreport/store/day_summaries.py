@@ -118,29 +118,8 @@ def refresh(conn: Any, days: Iterable[tuple[int, int]]) -> None:
             conn.execute(_UPSERT, (account_id, day, value))
 
 
-class Aggregate:
-    """`buildreport_day_summary(status, figures)` over a day's rows of day_figures: the value of its row, for
-    SQLite's migration that fills the table."""
-
-    def __init__(self) -> None:
-        self._parts: list[Part] = []
-
-    def step(self, status: str, value: bytes) -> None:
-        self._parts.append(Part(status, *day_figures.unpack(bytes(value))))
-
-    def finalize(self) -> bytes | None:
-        return summarize(self._parts)
-
-
-FILL = """
-    INSERT INTO day_summaries (account_id, day_us, figures)
-    SELECT account_id, day_us, figures FROM (
-        SELECT account_id, day_us, buildreport_day_summary(status, figures) AS figures FROM day_figures GROUP BY 1, 2
-    ) WHERE figures IS NOT NULL;"""
-
-
 def fill(conn: Any) -> None:
-    """Derive the row of every day that day_figures holds: PostgreSQL's migration (SQLite's runs FILL)."""
+    """Derive the row of every day that day_figures holds: the migration that adds the table, on either engine."""
     refresh(conn, conn.execute(_DAYS).fetchall())
 
 

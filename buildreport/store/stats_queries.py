@@ -139,8 +139,8 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         f"(SELECT {_by_status('b', queues)} FROM builds b WHERE b.account_id = ? AND b.status = statuses.status"
         " AND b.create_us >= periods.low AND b.create_us < periods.high)"
     )
-    whole_day = f"periods.low % {US_PER_DAY} = 0 AND periods.high = periods.low + {US_PER_DAY}"
     if period == US_PER_DAY and not build_filter.statuses:
+        whole_day = f"periods.low % {US_PER_DAY} = 0 AND periods.high = periods.low + {US_PER_DAY}"
         # Whole days of the window: each its one kept summary, of every status (status NULL); the edges by status.
         sql += (
             f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"

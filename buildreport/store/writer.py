@@ -311,10 +311,9 @@ class BuildWriter:
         apply_usage_deltas(self._conn, {k: d for k, d in self._usage_deltas.items() if k[0] not in full})
         self._tags.apply(self._conn)
         rebuilt = {(account_id, day_of(hour)) for account_id, hour in self._hours if account_id in full}
-        changed = {k: d for k, d in self._day_deltas.items() if k[0] not in full}
         day_figures.recompute(self._conn, rebuilt)
-        day_figures.apply(self._conn, changed)
-        day_summaries.refresh(self._conn, rebuilt | {(account_id, day) for account_id, day, _ in changed})
+        changed = day_figures.apply(self._conn, {k: d for k, d in self._day_deltas.items() if k[0] not in full})
+        day_summaries.refresh(self._conn, rebuilt | changed)
 
     def _day_delta(self, account_id: int, create_us: int, status: str) -> day_figures.Delta:
         """The differences to a day's figures; for an account whose days are rebuilt at the end, a throwaway."""

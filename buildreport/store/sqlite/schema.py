@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -31,8 +31,17 @@ _TOTALS_TABLE = """
         PRIMARY KEY (account_id, period_us, status)
     ) WITHOUT ROWID;"""
 
+
+def _add_day_summaries(conn: sqlite3.Connection) -> None:
+    """Each day's statistics over every status, ranked (see day_summaries.py): a year by day reads these."""
+    conn.execute(day_summaries.TABLE.format(integer="INTEGER", blob="BLOB", without_rowid=" WITHOUT ROWID"))
+    day_summaries.fill(conn)
+
+
+# A step of the schema: a script, or a function given the connection (inside the step's transaction).
+Migration = str | Callable[[sqlite3.Connection], None]
 # Each entry migrates from version i to i + 1.
-MIGRATIONS: tuple[str, ...] = (
+MIGRATIONS: tuple[Migration, ...] = (
     """
     CREATE TABLE accounts (
         account_id INTEGER PRIMARY KEY,
@@ -162,8 +171,7 @@ MIGRATIONS += (
     """
     + day_figures.TABLE.format(integer="INTEGER", blob="BLOB")
     + day_figures.FILL,
-    # Each day's statistics over every status, ranked (see day_summaries.py): a year by day reads these.
-    day_summaries.TABLE.format(integer="INTEGER", blob="BLOB", without_rowid=" WITHOUT ROWID") + day_summaries.FILL,
+    _add_day_summaries,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -317,7 +325,7 @@ def check_version(
 def migrate(
     conn: sqlite3.Connection,
     path: Path | str,
-    migrations: tuple[str, ...] = MIGRATIONS,
+    migrations: tuple[Migration, ...] = MIGRATIONS,
     app_id: int = APPLICATION_ID,
 ) -> None:
     """Bring the schema up to date, each step in its own transaction."""
@@ -325,7 +333,6 @@ def migrate(
 
     conn.create_function("buildreport_body_hash", 1, body_hash, deterministic=True)
     conn.create_aggregate("buildreport_day_figures", 3, day_figures.Aggregate)
-    conn.create_aggregate("buildreport_day_summary", 2, day_summaries.Aggregate)
     latest = len(migrations)
     version = check_version(conn, path, app_id, latest)
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -342,8 +349,12 @@ def migrate(
                 conn.rollback()  # another process migrated meanwhile
                 version = check_version(conn, path, app_id, latest)
                 continue
-            for statement in _statements(migrations[version]):
-                conn.execute(statement)
+            step = migrations[version]
+            if callable(step):
+                step(conn)
+            else:
+                for statement in _statements(step):
+                    conn.execute(statement)
             version += 1
             conn.execute(f"PRAGMA application_id = {app_id}")
             conn.execute(f"PRAGMA user_version = {version}")
