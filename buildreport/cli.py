@@ -8,12 +8,10 @@ import re
 import shutil
 import signal
 import socket
-import sqlite3
 import ssl
 import sys
 import tempfile
 import time
-import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,85 +20,38 @@ import click
 import msgspec
 
 from buildreport import __version__, config
-from buildreport.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_RATE_LIMIT, Settings, default_db
-from buildreport.faults import describe_sqlite_error, printable
+from buildreport.cli_shared import (
+    ACCOUNT_NAME,
+    CommandGroup,
+    check_label,
+    db_option,
+    duration_seconds,
+    err,
+    open_db,
+    open_tokens,
+    opened_dbs,
+    when,
+)
+from buildreport.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_RATE_LIMIT, Settings
+from buildreport.faults import printable
 from buildreport.store import (
     DatabaseError,
     describe,
-    engine_errors,
-    engine_message,
     is_postgres,
-    open_auth,
-    open_database,
 )
 from buildreport.store import exists as database_exists
 from buildreport.store import remove as remove_database
 from buildreport.times import US_PER_SECOND, format_us, now_us
 
-DURATION = re.compile(r"([0-9]{1,12})([smhd])")
-UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_TOKEN_DAYS = 36_500  # a hundred years: any expiry stays far inside the times the service can show
-MAX_LABEL_LENGTH = 200
 MAX_RATE_LIMIT = 10**9
 MAX_SAMPLE_BUILDS = 100_000_000
 MAX_SAMPLE_DAYS = 36_500
-ACCOUNT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
-_opened_db: list[str] = []  # the database a command opened, named in messages about faults
 
 
-def _err(message: str) -> None:
-    click.echo(message, err=True)
 
 
-class _Main(click.Group):
-    """Every fault a command meets ends in one clear line and a non-zero exit, never a traceback."""
-
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except (click.exceptions.Exit, click.Abort, click.ClickException):
-            raise
-        except DatabaseError as exc:
-            raise click.ClickException(printable(str(exc))) from exc
-        except sqlite3.Error as exc:
-            raise click.ClickException(describe_sqlite_error(exc, _opened_db[-1] if _opened_db else None)) from exc
-        except engine_errors() as exc:  # PostgreSQL's: the server's own message names the fault
-            opened = _opened_db[-1] if _opened_db else None
-            db = describe(opened) if opened else "the database"
-            raise click.ClickException(f"{db}: {printable(engine_message(exc, opened))}") from exc
-        except OSError as exc:
-            name = f"{printable(str(exc.filename))}: " if exc.filename else ""
-            raise click.ClickException(f"{name}{exc.strerror or printable(str(exc))}") from exc
-        except MemoryError as exc:
-            raise click.ClickException("out of memory") from exc
-        except Exception as exc:
-            raise click.ClickException(f"unexpected error: {type(exc).__name__}: {printable(str(exc))}") from exc
 
 
-def db_option(func):  # type: ignore[no-untyped-def]
-    return click.option(
-        "--db",
-        default=default_db,
-        show_default="$BUILDREPORT_DB or ./buildreport.db",
-        help="SQLite database file, or a postgresql://user@host/dbname URL.",
-    )(func)
-
-
-def _open(db: str, *, create: bool = True):  # type: ignore[no-untyped-def]
-    _opened_db.append(db)
-    try:
-        return open_database(db, create=create)
-    except DatabaseError as exc:
-        raise click.ClickException(printable(str(exc))) from exc
-
-
-def _open_tokens(db: str):  # type: ignore[no-untyped-def]
-    """The tokens file of a database, checked and migrated: never waits for an import of builds."""
-    _open(db).close()
-    try:
-        return open_auth(db)
-    except DatabaseError as exc:
-        raise click.ClickException(printable(str(exc))) from exc
 
 
 def _check_host(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -120,7 +71,7 @@ def _check_public_url(ctx: click.Context, param: click.Parameter, value: str | N
     return value
 
 
-@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="buildreport")
 def main() -> None:
     """buildreport: reports on remote Nix builds over a JSON API."""
@@ -343,7 +294,7 @@ def run_server(settings: Settings) -> None:
     from buildreport.envelope import configure_logging
 
     _check_port(settings.host, settings.port)
-    _open(settings.db).close()
+    open_db(settings.db).close()
     _check_signing_keys(settings)
     configure_logging()
     from buildreport.protocol import ServeConfig
@@ -414,21 +365,21 @@ def import_command(db: str, files: tuple[Path, ...]) -> None:
     from buildreport.import_reader import ReadingStopped
     from buildreport.ingest import ImportFailed
 
-    conn = _open(db)
+    conn = open_db(db)
     try:
         result = _import_with_progress(conn, list(files))
     except ImportFailed as exc:
         for error in exc.errors:
-            _err(str(error))
+            err(str(error))
         if exc.total > len(exc.errors):
-            _err(f"… and {exc.total - len(exc.errors)} more")
+            err(f"… and {exc.total - len(exc.errors)} more")
         raise click.ClickException(str(exc)) from exc
     except (FileNotFoundError, ReadingStopped) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         conn.close()
     stats = result.stats
-    _err(
+    err(
         f"imported {result.records} builds from {len(files)} file{'s' if len(files) != 1 else ''} "
         f"({stats.created} new, {stats.updated} updated, {stats.unchanged} unchanged) in {result.seconds:.1f}s"
     )
@@ -445,12 +396,12 @@ def migrate_command(source: str, target: str) -> None:
         raise click.BadParameter("the target is a postgresql:// URL", param_hint="--to")
     if is_postgres(source):
         raise click.BadParameter("the source is a SQLite database file", param_hint="--from")
-    _opened_db.append(target)
+    opened_dbs.append(target)
     try:
-        copied = migrate(source, target, on_table=lambda table, rows: _err(f"{table}: {rows:,} rows"))
+        copied = migrate(source, target, on_table=lambda table, rows: err(f"{table}: {rows:,} rows"))
     except DatabaseError as exc:
         raise click.ClickException(printable(str(exc))) from exc
-    _err(
+    err(
         f"copied {copied['builds']:,} builds of {copied['accounts']:,} accounts and {copied['auth.tokens']:,} tokens"
         f" to {describe(target)} in {copied['seconds']:.1f}s; counts and totals match"
     )
@@ -532,7 +483,7 @@ def push(
         retries=None if follow else retries,
         timeout=timeout,
         stop=stop,
-        say=_err,
+        say=err,
     )
     try:
         complete = pusher.push_all()
@@ -545,7 +496,7 @@ def push(
     finally:
         pusher.close()
     stats = pusher.stats
-    _err(
+    err(
         f"pushed {stats.records} records from {stats.files_sent} files ({stats.created} new, {stats.updated} updated,"
         f" {stats.unchanged} unchanged); {stats.files_rejected} files rejected"
     )
@@ -556,31 +507,6 @@ def push(
 # --- token ---------------------------------------------------------------------------------
 
 
-def _duration_seconds(text: str) -> int:
-    match = DURATION.fullmatch(text.strip())
-    if not match or int(match[1]) == 0:
-        raise click.BadParameter(
-            f"{printable(text)!r} is not a duration such as 30d, 12h, 90m or 3600s", param_hint="--expires-in"
-        )
-    seconds = int(match[1]) * UNIT_SECONDS[match[2]]
-    if seconds > MAX_TOKEN_DAYS * UNIT_SECONDS["d"]:
-        raise click.BadParameter(
-            f"{printable(text)!r} is too long; at most {MAX_TOKEN_DAYS}d (a hundred years)", param_hint="--expires-in"
-        )
-    return seconds
-
-
-def _check_label(label: str) -> str:
-    if len(label) > MAX_LABEL_LENGTH:
-        raise click.BadParameter(f"at most {MAX_LABEL_LENGTH} characters", param_hint="--label")
-    bad = [c for c in label if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")]
-    if bad:
-        shown = printable(bad[0]) if not bad[0].isprintable() else f"U+{ord(bad[0]):04X}"
-        raise click.BadParameter(
-            f"contains a control or invisible character ({shown}); a label is one line of plain text",
-            param_hint="--label",
-        )
-    return label
 
 
 @main.group()
@@ -604,9 +530,9 @@ def token_create(db: str, account: str, scopes: tuple[str, ...], expires_in: str
             raise click.BadParameter(f"{printable(scope)!r}; known scopes: {', '.join(SCOPES)}", param_hint="--scope")
     if not ACCOUNT_NAME.fullmatch(account):
         raise click.BadParameter("lowercase letters, digits, '_', '.', '-'; at most 63", param_hint="--account")
-    lifetime = _duration_seconds(expires_in)
-    label = _check_label(label)
-    conn = _open_tokens(db)
+    lifetime = duration_seconds(expires_in)
+    label = check_label(label)
+    conn = open_tokens(db)
     with conn:
         now = now_us()
         conn.execute("BEGIN IMMEDIATE")
@@ -622,17 +548,10 @@ def token_create(db: str, account: str, scopes: tuple[str, ...], expires_in: str
             expires_us=now + lifetime * US_PER_SECOND,
         )
     conn.close()
-    _err(f"created {token_id} for account {account}, expires {format_us(now + lifetime * US_PER_SECOND)}")
+    err(f"created {token_id} for account {account}, expires {format_us(now + lifetime * US_PER_SECOND)}")
     click.echo(secret)
 
 
-def _when(us: int | None) -> str:
-    if us is None:
-        return "-"
-    try:
-        return format_us(us)[:19].replace("T", " ")
-    except OverflowError:  # a row written by an older version, out of the range of dates
-        return str(us)
 
 
 @token.command("list")
@@ -641,7 +560,7 @@ def token_list(db: str) -> None:
     """List tokens (never their secrets)."""
     from buildreport.store.admin import list_tokens
 
-    conn = _open_tokens(db)
+    conn = open_tokens(db)
     rows = list_tokens(conn)
     conn.close()
     header = ("ID", "ACCOUNT", "SCOPES", "LABEL", "CREATED", "EXPIRES", "LAST USED", "REVOKED")
@@ -651,10 +570,10 @@ def token_list(db: str) -> None:
             printable(t.account),
             printable(",".join(t.scopes.split())),
             printable(t.label) or "-",
-            _when(t.created_us),
-            _when(t.expires_us),
-            _when(t.last_used_us),
-            _when(t.revoked_us),
+            when(t.created_us),
+            when(t.expires_us),
+            when(t.last_used_us),
+            when(t.revoked_us),
         )
         for t in rows
     ]
@@ -670,13 +589,13 @@ def token_revoke(db: str, token_id: str) -> None:
     """Revoke a token at once."""
     from buildreport.store.admin import revoke_token
 
-    conn = _open_tokens(db)
+    conn = open_tokens(db)
     with conn:
         found = revoke_token(conn, token_id, now_us())
     conn.close()
     if not found:
         raise click.ClickException(f"no token {printable(token_id)}; `buildreport token list` shows them")
-    _err(f"revoked {token_id}")
+    err(f"revoked {token_id}")
 
 
 # --- sample --------------------------------------------------------------------------------
@@ -744,7 +663,7 @@ def sample(
         ),
         output,
     )
-    _err(f"wrote {count} builds to {output} in {time.perf_counter() - started:.1f}s")
+    err(f"wrote {count} builds to {output} in {time.perf_counter() - started:.1f}s")
 
 
 # --- demo ----------------------------------------------------------------------------------
@@ -793,7 +712,7 @@ def demo(db: str | None, **kwargs: object) -> None:
     serving = False
     try:
         _check_signing_keys(settings)
-        conn = _open(db)
+        conn = open_db(db)
         try:
             lines = prepare_demo(conn, settings, sample, now_us())
         finally:
