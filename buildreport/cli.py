@@ -288,8 +288,6 @@ def _check_port(host: str, port: int) -> None:
 
 
 def run_server(settings: Settings) -> None:
-    import uvicorn
-
     from buildreport.config import SETTINGS_ENV, to_env
     from buildreport.envelope import configure_logging
 
@@ -298,6 +296,11 @@ def run_server(settings: Settings) -> None:
     _check_signing_keys(settings)
     configure_logging()
     from buildreport.protocol import ServeConfig
+    from buildreport.sdnotify import ServiceNotifier
+    from buildreport.serving import NotifyingServer, NotifyingSupervisor
+
+    notifier = ServiceNotifier(settings.host, settings.port, tls=bool(settings.tls_cert),
+                               prefix=settings.path_prefix, workers=settings.workers)
 
     # No websocket routes: uvicorn need not load a websocket implementation.
     common = {
@@ -309,18 +312,16 @@ def run_server(settings: Settings) -> None:
         common |= {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key}
     # uvicorn.run, with a Config that carries the head limits to every worker.
     if settings.workers > 1:
-        from uvicorn.supervisors import Multiprocess
-
         os.environ[SETTINGS_ENV] = to_env(settings)
         server_config = ServeConfig("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
         with metrics_folder():
-            Multiprocess(server_config, sockets=[server_config.bind_socket()]).run()
+            NotifyingSupervisor(server_config, server_config.bind_socket(), notifier).run()
     else:
         from buildreport.app import create_app, tune_process  # one process: its own registry holds everything
 
         server_config = ServeConfig(create_app(settings), **common)
         tune_process()
-        server = uvicorn.Server(server_config)
+        server = NotifyingServer(server_config, notifier)
         with contextlib.suppress(KeyboardInterrupt):
             server.run()
         if not server.started:
