@@ -18,8 +18,10 @@ from urllib.parse import urlsplit
 
 import click
 import msgspec
+from click.core import ParameterSource
 
 from buildreport import __version__, config
+from buildreport.cli_secrets import given_or_from_file, secret_lines
 from buildreport.cli_shared import (
     ACCOUNT_NAME,
     CommandGroup,
@@ -136,6 +138,8 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             help="Key that signs build links; repeat to rotate (the last signs, all verify). "
             "Env: BUILDREPORT_SECRET_KEY, comma-separated. Default: generated once, kept in DB.secret.",
         ),
+        click.option("--secret-key-file", type=click.Path(dir_okay=False),
+                     help="Read the signing keys from this file instead, one a line (the last signs)."),
         click.option(
             "--rate-limit",
             default=DEFAULT_RATE_LIMIT,
@@ -229,6 +233,10 @@ class KeyRefused(click.ClickException):
 
 def _settings(db: str, **kwargs: object) -> Settings:
     keys = tuple(kwargs.pop("secret_keys") or ())  # type: ignore[arg-type]
+    if (key_file := kwargs.pop("secret_key_file", None)) is not None:
+        if keys:
+            raise click.UsageError("give --secret-key or --secret-key-file, not both")
+        keys = secret_lines(str(key_file), "--secret-key-file")
     from_env = os.environ.get("BUILDREPORT_SECRET_KEY")
     if not keys and from_env is not None:
         # Set but empty (or with an empty entry) is a mistake to report, not a reason to generate a key.
@@ -345,9 +353,13 @@ def metrics_folder() -> Iterator[None]:
 
 @main.command()
 @db_option
+@click.option("--db-file", type=click.Path(dir_okay=False),
+              help="Read --db from this file: a postgresql:// URL whose password stays off the command line.")
 @_serve_options
-def serve(db: str, **kwargs: object) -> None:
+def serve(db: str, db_file: str | None, **kwargs: object) -> None:
     """Serve the API for the builds in the database."""
+    given = click.get_current_context().get_parameter_source("db") is not ParameterSource.DEFAULT
+    db = given_or_from_file(db if given else None, db_file, "--db", "--db-file") or db
     settings = _settings(db, **kwargs)
     try:
         run_server(settings)
@@ -434,9 +446,8 @@ def _import_with_progress(conn, files: list[Path], transform=None):  # type: ign
 @click.option(
     "--to", "url", required=True, envvar="BUILDREPORT_URL", help="Service address, e.g. https://builds.example.com."
 )
-@click.option(
-    "--token", required=True, envvar="BUILDREPORT_TOKEN", help="A token with build:write. Env: BUILDREPORT_TOKEN."
-)
+@click.option("--token", envvar="BUILDREPORT_TOKEN", help="A token with build:write. Env: BUILDREPORT_TOKEN.")
+@click.option("--token-file", type=click.Path(dir_okay=False), help="Read the token from this file instead.")
 @click.option(
     "--follow", is_flag=True, help="Keep running and send new files as they appear; stop on SIGTERM or SIGINT."
 )
@@ -460,7 +471,8 @@ def _import_with_progress(conn, files: list[Path], transform=None):  # type: ign
 @click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(1, 3600), help="Seconds a request.")
 @click.argument("spool_dir", type=click.Path(file_okay=False, path_type=Path))
 def push(
-    url: str, token: str, follow: bool, batch_size: int, interval: float, retries: int, timeout: float, spool_dir: Path
+    url: str, token: str | None, token_file: str | None, follow: bool, batch_size: int, interval: float,
+    retries: int, timeout: float, spool_dir: Path,
 ) -> None:
     """Send the spooled build records in SPOOL_DIR to a buildreport service, deleting each file once sent."""
     import signal
@@ -471,6 +483,9 @@ def push(
 
     if not url.startswith(("http://", "https://")):
         raise click.BadParameter("must start with http:// or https://", param_hint="--to")
+    token = given_or_from_file(token, token_file, "--token", "--token-file")
+    if token is None:
+        raise click.UsageError("give --token (or BUILDREPORT_TOKEN) or --token-file")
     if not TOKEN_SHAPE.fullmatch(token.strip()):
         raise click.BadParameter("not a buildreport token (brt_…)", param_hint="--token")
     stop = threading.Event()
