@@ -24,12 +24,12 @@ demo: $(RUN_STAMP)
 	$(BIN)/buildreport demo
 
 # Debian packages beside Python: chromium for the browser tests, postgresql for the PostgreSQL tests (the suite
-# starts its own cluster), wrk for the benchmark (apt-get when root).
+# starts its own cluster), systemd for systemd-analyze (the unit tests), wrk for the benchmark (apt-get when root).
 deps:
-	sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql wrk
+	sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd wrk
 
 test: $(STAMP)
-	@sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql
+	@sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd
 	$(BIN)/ruff check buildreport tests
 	$(BIN)/python -m pytest
 

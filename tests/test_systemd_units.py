@@ -1,0 +1,188 @@
+"""The systemd units in packaging/systemd/: verified by systemd itself, hardened, and their commands run here."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import free_port
+from test_sdnotify import receive
+
+from buildreport.cli import main
+
+UNITS = Path(__file__).resolve().parent.parent / "packaging" / "systemd"
+INSTALLED = "/usr/local/bin/buildreport"
+VENV_BUILDREPORT = Path(sys.executable).parent / "buildreport"
+SERVICES = sorted(p.name for p in UNITS.glob("*.service"))
+HARDENING = {
+    "NoNewPrivileges": "yes",
+    "ProtectSystem": "strict",
+    "ProtectHome": "yes",
+    "PrivateTmp": "yes",
+    "PrivateDevices": "yes",
+    "CapabilityBoundingSet": "",
+    "ProtectKernelTunables": "yes",
+    "ProtectKernelModules": "yes",
+    "ProtectKernelLogs": "yes",
+    "ProtectControlGroups": "yes",
+    "RestrictNamespaces": "yes",
+    "RestrictSUIDSGID": "yes",
+    "LockPersonality": "yes",
+    "MemoryDenyWriteExecute": "yes",
+    "SystemCallArchitectures": "native",
+}
+
+
+def tool(name: str) -> str:
+    """The path of a systemd program; under CI=true a missing one fails, elsewhere the test is skipped."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is missing: apt-get install systemd"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def unit(name: str) -> dict[str, dict[str, list[str]]]:
+    """A unit file's sections and their settings; a setting given several times keeps every value."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current: dict[str, list[str]] = {}
+    for raw in (UNITS / name).read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            current = sections.setdefault(line.strip("[]"), {})
+            continue
+        key, _, value = line.partition("=")
+        current.setdefault(key, []).append(value)
+    return sections
+
+
+def command_line(name: str) -> list[str]:
+    """The argv of a service's ExecStart, unwrapped from `sh -c 'exec …'`."""
+    (line,) = unit(name)["Service"]["ExecStart"]
+    argv = shlex.split(line)
+    if Path(argv[0]).name == "sh" and argv[1] == "-c":
+        argv = shlex.split(argv[2])
+        argv = argv[1:] if argv[0] == "exec" else argv
+    return argv
+
+
+def test_every_unit_passes_systemd_analyze_verify(tmp_path):
+    analyze = tool("systemd-analyze")
+    assert VENV_BUILDREPORT.exists()
+    names = [p.name for p in UNITS.iterdir() if p.suffix in (".service", ".timer")]
+    assert {"buildreport.service", "buildreport-push.service", "buildreport-collect.service",
+            "buildreport-backup.service", "buildreport-backup.timer"} <= set(names)
+    for name in names:  # verify needs the program to exist: the copies name this checkout's
+        text = (UNITS / name).read_text()
+        (tmp_path / name).write_text(text.replace(INSTALLED, str(VENV_BUILDREPORT)))
+    result = subprocess.run(
+        [analyze, "verify", "--man=no", *sorted(names)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    # systemd only warns about an unknown or misspelled setting: any word from it is a failure.
+    assert result.returncode == 0 and result.stdout + result.stderr == "", result.stdout + result.stderr
+
+
+def test_the_spool_entry_makes_a_folder_only_root_can_enter(tmp_path):
+    tmpfiles = tool("systemd-tmpfiles")
+    result = subprocess.run([tmpfiles, "--create", f"--root={tmp_path}", str(UNITS / "buildreport-spool.conf")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    spool = tmp_path / "var" / "spool" / "buildreport"
+    assert spool.is_dir()
+    assert spool.stat().st_mode & 0o777 == 0o700
+    if os.geteuid() == 0:
+        assert spool.stat().st_uid == 0
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_every_service_is_hardened(name):
+    service = unit(name)["Service"]
+    for key, value in HARDENING.items():
+        assert service.get(key) == [value], f"{name}: {key}={value} expected, found {service.get(key)}"
+    assert service["SystemCallFilter"][0] == "@system-service"
+    assert set(service["RestrictAddressFamilies"][0].split()) <= {"AF_UNIX", "AF_INET", "AF_INET6"}
+    assert service["UMask"] == ["0077"]
+
+
+def test_the_server_and_its_backup_run_as_one_dynamic_user_with_a_state_directory():
+    for name in ("buildreport.service", "buildreport-backup.service"):
+        service = unit(name)["Service"]
+        assert service["DynamicUser"] == ["yes"] and service["User"] == ["buildreport"]
+        assert "buildreport" in service["StateDirectory"][0].split()
+    assert unit("buildreport.service")["Service"]["Environment"] == ["BUILDREPORT_DB=%S/buildreport/buildreport.db"]
+
+
+def test_secrets_reach_the_services_as_credentials_never_on_the_command_line():
+    serve, push = unit("buildreport.service")["Service"], unit("buildreport-push.service")["Service"]
+    assert serve["LoadCredential"] == ["secret-key:/etc/buildreport/secret-key"]
+    assert command_line("buildreport.service")[-2:] == ["--secret-key-file", "%d/secret-key"]
+    assert push["LoadCredential"] == ["token:/etc/buildreport/push-token"]
+    argv = command_line("buildreport-push.service")
+    assert argv[argv.index("--token-file") + 1] == "%d/token"
+    for name in SERVICES:
+        assert "--token" not in command_line(name) and "--secret-key" not in command_line(name)
+
+
+def test_the_server_tells_systemd_it_is_ready_and_alive():
+    serve = unit("buildreport.service")["Service"]
+    assert serve["Type"] == ["notify"] and serve["NotifyAccess"] == ["main"]
+    assert serve["WatchdogSec"] == ["30s"]
+    assert unit("buildreport-backup.timer")["Timer"]["Persistent"] == ["true"]
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_every_option_a_unit_passes_is_one_its_command_takes(name):
+    argv = command_line(name)
+    assert argv[0] == INSTALLED
+    command = main.commands.get(argv[1])
+    if command is None:  # a command of another part of the program, not in this build
+        pytest.skip(f"`buildreport {argv[1]}` is not part of this build")
+    known = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    used = [arg for arg in argv[2:] if arg.startswith("--")]
+    assert used and set(used) <= known, f"{name}: {set(used) - known} are not options of `buildreport {argv[1]}`"
+
+
+def test_the_server_units_command_serves_and_says_ready(tmp_path):
+    """ExecStart as systemd would run it: state and credentials directories, environment, notify socket."""
+    state, credentials = tmp_path / "state", tmp_path / "credentials"
+    (state / "buildreport").mkdir(parents=True)
+    credentials.mkdir()
+    (credentials / "secret-key").write_text("a-key-of-the-credentials-directory-" + "x7Yq2" * 4 + "\n")
+    service = unit("buildreport.service")["Service"]
+    expand = {"%S": str(state), "%d": str(credentials)}
+
+    def substituted(text: str) -> str:
+        for specifier, value in expand.items():
+            text = text.replace(specifier, value)
+        return text
+
+    argv = [substituted(a) for a in command_line("buildreport.service")]
+    argv[0] = str(VENV_BUILDREPORT)
+    port = free_port()
+    env = {**os.environ, "BUILDREPORT_HOST": "127.0.0.1", "BUILDREPORT_PORT": str(port), "BUILDREPORT_WORKERS": "1"}
+    env.update(substituted(e).split("=", 1) for e in service["Environment"])  # type: ignore[misc]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(tmp_path / "notify"))
+        env |= {"NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "1000000"}
+        process = subprocess.Popen(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            receive(notify, "READY=1")
+            assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+            receive(notify, "WATCHDOG=1")
+            assert (state / "buildreport" / "buildreport.db").exists()
+            assert not (state / "buildreport" / "buildreport.db.secret").exists()  # the credential signs
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
