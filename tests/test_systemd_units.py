@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -186,3 +187,46 @@ def test_the_server_units_command_serves_and_says_ready(tmp_path):
         finally:
             process.terminate()
             process.wait(timeout=15)
+
+
+# PR_SET_MDWE with PR_MDWE_REFUSE_EXEC_GAIN (Linux 6.3): what MemoryDenyWriteExecute=yes sets up, kept across exec.
+MDWE_THEN_EXEC = """
+import ctypes, os, sys
+if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) != 0:
+    sys.exit(f"PR_SET_MDWE: {os.strerror(ctypes.get_errno())}")
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_the_server_runs_with_memory_deny_write_execute(tmp_path, env):
+    """Python, uvloop, httptools and the worker processes never need memory both writable and executable."""
+    probe = subprocess.run([sys.executable, "-c", MDWE_THEN_EXEC, sys.executable, "-c",
+                            "import mmap; mmap.mmap(-1, 4096, prot=7)"], capture_output=True, text=True, timeout=30)
+    if "PR_SET_MDWE" in probe.stderr:
+        pytest.skip(f"this kernel cannot deny write+execute memory: {probe.stderr.strip()}")
+    assert probe.returncode != 0 and "PermissionError" in probe.stderr  # the mapping was refused: MDWE holds
+    env.load([])
+    token = env.token()
+    port = free_port()
+    command = [sys.executable, "-c", MDWE_THEN_EXEC, str(VENV_BUILDREPORT), "serve", "--db", str(env.db),
+               "--host", "127.0.0.1", "--port", str(port), "--workers", "2"]
+    log = tmp_path / "server.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        answer = None
+        while time.monotonic() < deadline and process.poll() is None and answer is None:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert answer is not None and answer.status_code == 200, log.read_text()
+        for _ in range(8):  # both workers, with a database read each
+            builds = httpx.get(f"http://127.0.0.1:{port}/builds", headers={"Authorization": f"Bearer {token}"},
+                               timeout=5)
+            assert builds.status_code == 200, builds.text
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
