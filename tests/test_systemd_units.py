@@ -230,3 +230,52 @@ def test_the_server_runs_with_memory_deny_write_execute(tmp_path, env):
     finally:
         process.terminate()
         process.wait(timeout=15)
+
+
+def unit_command(name: str, paths: dict[str, Path]) -> list[str]:
+    """A service's ExecStart as this machine runs it: this checkout's program, the unit's folders moved under
+    temporary ones (longest first, so /var/lib/buildreport-backup is not read as /var/lib/buildreport + -backup)."""
+    (line,) = unit(name)["Service"]["ExecStart"]
+    line = line.replace(INSTALLED, str(VENV_BUILDREPORT)).replace("%%", "%")
+    for folder in sorted(paths, key=len, reverse=True):
+        line = line.replace(folder, str(paths[folder]))
+    return shlex.split(line)
+
+
+def test_the_backup_units_command_copies_the_servers_database(tmp_path, serve):
+    if "backup" not in main.commands:
+        pytest.skip("`buildreport backup` is not part of this build")
+    state, backups = tmp_path / "state", tmp_path / "backups"
+    state.mkdir()
+    backups.mkdir()
+    db = state / "buildreport.db"
+    serve(db)  # a live database, as the timer finds it
+    argv = unit_command("buildreport-backup.service",
+                        {"/var/lib/buildreport-backup": backups, "/var/lib/buildreport": state})
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    (copy,) = backups.glob("buildreport-*.db.gz")
+    assert copy.stat().st_size > 0
+    if "restore" in main.commands:
+        restored = tmp_path / "restored.db"
+        done = subprocess.run([str(VENV_BUILDREPORT), "restore", "--from", str(copy), "--db", str(restored)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+
+
+def test_the_collector_units_command_listens_on_its_socket(tmp_path):
+    if "collect" not in main.commands:
+        pytest.skip("`buildreport collect` is not part of this build")
+    runtime, spool = tmp_path / "run", tmp_path / "spool"
+    runtime.mkdir()
+    spool.mkdir(mode=0o700)
+    argv = unit_command("buildreport-collect.service", {"/run/buildreport": runtime, "/var/spool/buildreport": spool})
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and process.poll() is None and not (runtime / "collect.sock").exists():
+            time.sleep(0.05)
+        assert (runtime / "collect.sock").is_socket()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
