@@ -189,30 +189,83 @@ def test_the_server_units_command_serves_and_says_ready(tmp_path):
             process.wait(timeout=15)
 
 
-# PR_SET_MDWE with PR_MDWE_REFUSE_EXEC_GAIN (Linux 6.3): what MemoryDenyWriteExecute=yes sets up, kept across exec.
-MDWE_THEN_EXEC = """
-import ctypes, os, sys
-if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) != 0:
+# What the units' MemoryDenyWriteExecute=yes, NoNewPrivileges=yes and SystemCallFilter= set up, done here before
+# exec: PR_SET_MDWE with PR_MDWE_REFUSE_EXEC_GAIN (Linux 6.3), then a seccomp filter (libseccomp, which systemd
+# uses too) allowing the system calls in ALLOWED_SYSCALLS and failing every other one with EPERM.
+CONFINE_THEN_EXEC = """
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(65, 1, 0, 0, 0) != 0:
     sys.exit(f"PR_SET_MDWE: {os.strerror(ctypes.get_errno())}")
+libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: a filter may then be loaded without privileges
+seccomp = ctypes.CDLL("libseccomp.so.2")
+seccomp.seccomp_init.restype = ctypes.c_void_p
+seccomp.seccomp_init.argtypes = [ctypes.c_uint32]
+seccomp.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+seccomp.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint]
+seccomp.seccomp_load.argtypes = [ctypes.c_void_p]
+context = seccomp.seccomp_init(0x00050000 | errno.EPERM)
+for name in os.environ.pop("ALLOWED_SYSCALLS").split():
+    number = seccomp.seccomp_syscall_resolve_name(name.encode())
+    if number >= 0:  # names of other architectures resolve to nothing here
+        seccomp.seccomp_rule_add(context, 0x7FFF0000, number, 0)
+if seccomp.seccomp_load(context) != 0:
+    sys.exit("seccomp_load failed")
 os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
-def test_the_server_runs_with_memory_deny_write_execute(tmp_path, env):
-    """Python, uvloop, httptools and the worker processes never need memory both writable and executable."""
-    probe = subprocess.run([sys.executable, "-c", MDWE_THEN_EXEC, sys.executable, "-c",
-                            "import mmap; mmap.mmap(-1, 4096, prot=7)"], capture_output=True, text=True, timeout=30)
-    if "PR_SET_MDWE" in probe.stderr:
-        pytest.skip(f"this kernel cannot deny write+execute memory: {probe.stderr.strip()}")
-    assert probe.returncode != 0 and "PermissionError" in probe.stderr  # the mapping was refused: MDWE holds
+def syscalls(analyze: str, group: str) -> set[str]:
+    """The system calls of a systemd group such as @system-service, its nested groups expanded."""
+    listing = subprocess.run([analyze, "syscall-filter", group], capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    names: set[str] = set()
+    for line in listing.stdout.splitlines()[1:]:
+        word = line.strip()
+        if word.startswith("@"):
+            names |= syscalls(analyze, word)
+        elif word and not word.startswith("#"):
+            names.add(word)
+    return names
+
+
+def unit_syscalls(analyze: str, name: str) -> set[str]:
+    """The system calls a unit's SystemCallFilter= lines allow: the first list, less every `~` list after it."""
+    allowed: set[str] = set()
+    for number, value in enumerate(unit(name)["Service"]["SystemCallFilter"]):
+        groups = value.lstrip("~").split()
+        found = set().union(*(syscalls(analyze, g) if g.startswith("@") else {g} for g in groups))
+        assert number == 0 or value.startswith("~")
+        allowed = found if number == 0 else allowed - found
+    return allowed
+
+
+def confined(analyze: str, *argv: str) -> tuple[list[str], dict[str, str]]:
+    """argv that runs `argv` confined as buildreport.service confines the server, and its environment."""
+    return [sys.executable, "-c", CONFINE_THEN_EXEC, *argv], {
+        **os.environ, "ALLOWED_SYSCALLS": " ".join(sorted(unit_syscalls(analyze, "buildreport.service")))}
+
+
+def test_the_server_runs_confined_as_its_unit_confines_it(tmp_path, env):
+    """Python, uvloop, httptools, SQLite or psycopg and the worker processes need neither memory both writable
+    and executable nor a system call outside @system-service less @privileged and @resources."""
+    analyze = tool("systemd-analyze")
+    for probe, refused in (("import mmap; mmap.mmap(-1, 4096, prot=7)", "PermissionError"),
+                           ("import os; os.setpriority(os.PRIO_PROCESS, 0, 5)", "PermissionError")):
+        command, environment = confined(analyze, sys.executable, "-c", probe)
+        result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=30)
+        if "PR_SET_MDWE" in result.stderr:
+            pytest.skip(f"this kernel cannot deny write+execute memory: {result.stderr.strip()}")
+        assert result.returncode != 0 and refused in result.stderr, (probe, result.stderr)  # the confinement holds
     env.load([])
     token = env.token()
     port = free_port()
-    command = [sys.executable, "-c", MDWE_THEN_EXEC, str(VENV_BUILDREPORT), "serve", "--db", str(env.db),
-               "--host", "127.0.0.1", "--port", str(port), "--workers", "2"]
+    command, environment = confined(analyze, str(VENV_BUILDREPORT), "serve", "--db", str(env.db),
+                                    "--host", "127.0.0.1", "--port", str(port), "--workers", "2")
     log = tmp_path / "server.log"
     with log.open("wb") as output:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env=environment, stdin=subprocess.DEVNULL, stdout=output,
+                                   stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
         answer = None
@@ -230,6 +283,7 @@ def test_the_server_runs_with_memory_deny_write_execute(tmp_path, env):
     finally:
         process.terminate()
         process.wait(timeout=15)
+    assert "Traceback" not in log.read_text()
 
 
 def unit_command(name: str, paths: dict[str, Path]) -> list[str]:
