@@ -114,17 +114,13 @@ class ServiceNotifier:
         self.port = port or self.port
         notify("READY=1", status(f"serving on port {self.port} with {self.workers} worker(s)"))
         if self.interval is not None:
-            self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+            self._thread = threading.Thread(target=self._watch, args=(self.interval,), name="watchdog", daemon=True)
             self._thread.start()
 
-    def check(self) -> str | None:
-        return ask_health(self.host, self.port, tls=self.tls, prefix=self.prefix, timeout=max(self.interval or 5, 1))
-
-    def _watch(self) -> None:
-        assert self.interval is not None
+    def _watch(self, interval: float) -> None:
         last: str | None = None
-        while not self._stop.wait(self.interval):
-            problem = self.check()
+        while not self._stop.wait(interval):
+            problem = ask_health(self.host, self.port, tls=self.tls, prefix=self.prefix, timeout=max(interval, 1))
             if self._stop.is_set():
                 return
             if problem is None:

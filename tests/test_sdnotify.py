@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from conftest import buildreport_command, free_port
+from conftest import buildreport_command, free_port, self_signed
 
 from buildreport import sdnotify
 
@@ -101,11 +103,12 @@ def test_ask_health_says_why_when_nothing_listens():
     assert problem is not None and problem.startswith("/healthz does not answer")
 
 
-def start(db: Path, listener_path: str, *args: str, watchdog_usec: int = 600_000) -> subprocess.Popen[bytes]:
+def start(db: Path, listener_path: str, *args: str, port: int | None = None, watchdog_usec: int = 600_000,
+          ) -> subprocess.Popen[bytes]:
     env = {**os.environ, "NOTIFY_SOCKET": listener_path, "WATCHDOG_USEC": str(watchdog_usec)}
     env.pop("WATCHDOG_PID", None)
-    command = [*buildreport_command(), "serve", "--db", str(db), "--host", "127.0.0.1", "--port", str(free_port()),
-               *args]
+    command = [*buildreport_command(), "serve", "--db", str(db), "--host", "127.0.0.1",
+               "--port", str(free_port() if port is None else port), *args]
     log = (db.parent / "server.log").open("wb")
     return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
@@ -151,5 +154,32 @@ def test_serve_stops_pinging_the_watchdog_while_its_database_does_not_answer(tmp
         unhealthy = [n for n, m in enumerate(messages) if m.startswith("STATUS=unhealthy: /healthz answers 503")]
         assert unhealthy, messages
         assert not any("WATCHDOG=1" in m.split("\n") for m in messages[unhealthy[0]:])
+    finally:
+        stop(process)
+
+
+def test_the_watchdog_asks_over_https_under_the_public_path(tmp_path, listener):
+    sock, path = listener
+    cert, key = self_signed(tmp_path)
+    port = free_port()
+    process = start(tmp_path / "builds.db", path, "--workers", "1", "--tls-cert", str(cert), "--tls-key", str(key),
+                    "--public-url", f"https://127.0.0.1:{port}/api/v1", port=port)
+    try:
+        receive(sock, "READY=1")
+        messages = collect(sock, seconds=1.5)  # five intervals: pings, and no complaint
+        assert sum("WATCHDOG=1" in m.split("\n") for m in messages) >= 3, messages
+        assert not any("unhealthy" in m for m in messages), messages
+    finally:
+        stop(process)
+
+
+def test_the_ready_status_names_the_port_the_system_chose(tmp_path, listener):
+    sock, path = listener
+    process = start(tmp_path / "builds.db", path, "--workers", "1", port=0)
+    try:
+        (ready,) = [m for m in receive(sock, "READY=1") if "READY=1" in m.split("\n")]
+        port = int(re.search(r"serving on port ([0-9]+)", ready)[1])
+        assert port != 0
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
     finally:
         stop(process)
