@@ -31,6 +31,7 @@ let
     ProtectHome = true;
     PrivateTmp = true;
     PrivateDevices = true;
+    PrivateMounts = true;
     ProtectHostname = true;
     ProtectClock = true;
     ProtectKernelTunables = true;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -84,14 +85,41 @@ def test_every_unit_passes_systemd_analyze_verify(tmp_path):
     names = [p.name for p in UNITS.iterdir() if p.suffix in (".service", ".timer")]
     assert {"buildreport.service", "buildreport-push.service", "buildreport-collect.service",
             "buildreport-backup.service", "buildreport-backup.timer"} <= set(names)
-    for name in names:  # verify needs the program to exist: the copies name this checkout's
-        text = (UNITS / name).read_text()
-        (tmp_path / name).write_text(text.replace(INSTALLED, str(VENV_BUILDREPORT)))
+    assert installable_copies(tmp_path) == sorted(names)
     result = subprocess.run(
         [analyze, "verify", "--man=no", *sorted(names)], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     # systemd only warns about an unknown or misspelled setting: any word from it is a failure.
     assert result.returncode == 0 and result.stdout + result.stderr == "", result.stdout + result.stderr
+
+
+def installable_copies(folder: Path) -> list[str]:
+    """Copies of every unit in `folder` naming this checkout's program (systemd checks that it exists)."""
+    names = sorted(p.name for p in UNITS.iterdir() if p.suffix in (".service", ".timer"))
+    for name in names:
+        (folder / name).write_text((UNITS / name).read_text().replace(INSTALLED, str(VENV_BUILDREPORT)))
+    return names
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_every_service_is_rated_safe_or_ok_by_systemd_analyze_security(tmp_path, name):
+    analyze = tool("systemd-analyze")
+    installable_copies(tmp_path)
+    # --threshold: a non-zero exit above 2.0 of 10, the top of systemd's "OK" (2.1 and above is "MEDIUM").
+    result = subprocess.run([analyze, "security", "--offline=true", "--threshold=20", "--no-pager", name],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    rating = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr
+    assert result.returncode == 0, rating
+    assert re.search(r"exposure level for .*: [0-2]\.[0-9] (SAFE|OK)", rating), rating
+
+
+def test_every_unit_file_the_readme_names_exists():
+    readme = (UNITS.parent.parent / "README.md").read_text()
+    named = set(re.findall(r"packaging/systemd/([\w.@*-]+)", readme))
+    named |= {m for m in re.findall(r"`(buildreport[\w.@-]*\.(?:service|timer|conf))`", readme)
+              if not m.startswith("buildreport-collect-push")}  # a unit of the NixOS module alone
+    missing = sorted(n for n in named if not list(UNITS.glob(n)))
+    assert len(named) >= 6 and not missing, missing
 
 
 def test_the_spool_entry_makes_a_folder_only_root_can_enter(tmp_path):
