@@ -310,3 +310,46 @@ def test_the_service_the_readme_example_describes_answers(module, tmp_path):
             if process.poll() is None:
                 process.kill()
             process.wait(timeout=5)
+
+
+def unit_file(service: dict[str, Any]) -> str:
+    """A unit file as NixOS writes one from systemd.services.NAME: a list gives one line per item."""
+
+    def lines(section: str, settings: dict[str, Any]) -> list[str]:
+        out = [f"[{section}]"]
+        for key, value in settings.items():
+            for item in value if isinstance(value, list) else [value]:
+                out.append(f"{key}={str(item).lower() if isinstance(item, bool) else item}")
+        return out
+
+    unit = {"Description": service["description"]}
+    unit |= {key.capitalize(): " ".join(service[key]) for key in ("after", "wants", "before") if key in service}
+    config = {k: v.replace(FAKE_PROGRAM, str(VENV_BUILDREPORT)) if k == "ExecStart" else v
+              for k, v in service["serviceConfig"].items()}
+    install = {"WantedBy": " ".join(service.get("wantedBy", []))}
+    return "\n".join([*lines("Unit", unit), *lines("Service", config), *lines("Install", install)]) + "\n"
+
+
+def test_the_modules_units_pass_systemd_analyze_verify_and_security(module, tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        required("systemd-analyze (apt-get install systemd)")
+    unit = module("""{
+      services.buildreport = {
+        enable = true; secretKeyFile = "/run/secrets/key"; databaseUrlFile = "/run/secrets/db";
+        runner = { enable = true; pushUrl = "https://b"; pushTokenFile = "/run/t"; };
+        collector = { enable = true; pushUrl = "https://b"; pushTokenFile = "/run/t"; };
+      };
+    }""")
+    units = tmp_path / "units"
+    units.mkdir()
+    names = sorted(f"{n}.service" for n in unit["services"] if n != "nix-daemon")
+    for name in names:
+        (units / name).write_text(unit_file(unit["services"][name.removesuffix(".service")]))
+    verify = subprocess.run([analyze, "verify", "--man=no", *names], cwd=units, capture_output=True, text=True,
+                            timeout=120)
+    assert verify.returncode == 0 and verify.stdout + verify.stderr == "", verify.stdout + verify.stderr
+    for name in names:
+        security = subprocess.run([analyze, "security", "--offline=true", "--threshold=20", "--no-pager", name],
+                                  cwd=units, capture_output=True, text=True, timeout=120)
+        assert security.returncode == 0, (name, security.stdout[-300:], security.stderr)
