@@ -223,8 +223,8 @@ def test_the_server_units_command_serves_and_says_ready(tmp_path):
 CONFINE_THEN_EXEC = """
 import ctypes, errno, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
-if libc.prctl(65, 1, 0, 0, 0) != 0:
-    sys.exit(f"PR_SET_MDWE: {os.strerror(ctypes.get_errno())}")
+if libc.prctl(65, 1, 0, 0, 0) != 0:  # before Linux 6.3: the filter alone
+    print(f"PR_SET_MDWE: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
 libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: a filter may then be loaded without privileges
 seccomp = ctypes.CDLL("libseccomp.so.2")
 seccomp.seccomp_init.restype = ctypes.c_void_p
@@ -282,8 +282,8 @@ def test_the_server_runs_confined_as_its_unit_confines_it(tmp_path, env):
                            ("import os; os.setpriority(os.PRIO_PROCESS, 0, 5)", "PermissionError")):
         command, environment = confined(analyze, sys.executable, "-c", probe)
         result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=30)
-        if "PR_SET_MDWE" in result.stderr:
-            pytest.skip(f"this kernel cannot deny write+execute memory: {result.stderr.strip()}")
+        if "PR_SET_MDWE" in result.stderr and "mmap" in probe:
+            continue  # this kernel cannot deny write+execute memory; the system-call filter is still tried
         assert result.returncode != 0 and refused in result.stderr, (probe, result.stderr)  # the confinement holds
     env.load([])
     token = env.token()
