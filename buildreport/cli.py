@@ -483,6 +483,9 @@ def push(
 
     if not url.startswith(("http://", "https://")):
         raise click.BadParameter("must start with http:// or https://", param_hint="--to")
+    from_env = click.get_current_context().get_parameter_source("token") is ParameterSource.ENVIRONMENT
+    if token_file is not None and from_env:
+        token = None  # a file named on the command line is meant over a token the environment happens to hold
     token = given_or_from_file(token, token_file, "--token", "--token-file")
     if token is None:
         raise click.UsageError("give --token (or BUILDREPORT_TOKEN) or --token-file")

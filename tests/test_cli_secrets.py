@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -150,3 +151,23 @@ def test_push_refuses_a_token_file_that_is_not_a_token(tmp_path: Path):
     result = run("push", "--to", "http://127.0.0.1:9", "--token-file", str(token_file), str(tmp_path))
     assert result.returncode == 2
     assert "not a buildreport token" in result.stderr
+
+
+def test_push_token_file_is_meant_over_a_token_in_the_environment(tmp_path: Path):
+    token_file = tmp_path / "token"
+    token_file.write_text("secret\n")  # not a token: the error shows which one was read
+    result = subprocess.run(
+        [*buildreport_command(), "push", "--to", "http://127.0.0.1:9", "--token-file", str(token_file), str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "BUILDREPORT_TOKEN": "brt_" + "A" * 43},
+    )
+    assert result.returncode == 2
+    assert "not a buildreport token" in result.stderr
+
+
+def test_push_refuses_a_token_and_a_token_file_on_the_command_line(tmp_path: Path):
+    token_file = tmp_path / "token"
+    token_file.write_text("brt_" + "A" * 43 + "\n")
+    result = run("push", "--to", "http://127.0.0.1:9", "--token", "brt_" + "B" * 43, "--token-file", str(token_file),
+                 str(tmp_path))
+    assert result.returncode == 2
+    assert "--token or --token-file, not both" in result.stderr
