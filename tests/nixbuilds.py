@@ -2,24 +2,22 @@
 
 Nix is configured through NIX_CONF_DIR (never /etc): no sandbox, no substituters, `nix-command` on, build
 logs kept. Builders get an empty PATH, so every derivation sets one; a nonce makes each test build afresh.
-Under CI=true a machine without Nix fails these tests; elsewhere they are skipped with the reason.
+`nix_files` runs its test once for each Nix version of tests/nixversions.py (2.8 on the host, 2.26 and 2.34
+in chroots), with that version's `nix` first on PATH. Under CI=true a missing version fails these tests;
+elsewhere they are skipped with the reason.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
+import nixversions
 import pytest
+from nixversions import NixVersion
 
-NIX_CONF = """\
-sandbox = false
-substituters =
-experimental-features = nix-command
-keep-build-log = true
-"""
+nix_version = nixversions.nix_version  # the fixture: each Nix version in turn
 
 # Every derivation the recorder tests build. `nonce` changes the .drv, hence the outputs, on every call.
 DERIVATIONS = r"""
@@ -46,38 +44,22 @@ in {
 """
 
 
-def nix_usable() -> str | None:
-    """Why real Nix builds cannot run here, or None when they can."""
-    if shutil.which("nix") is None or shutil.which("nix-build") is None:
-        return "Nix is not installed (Debian: apt-get install nix-bin)"
-    if not os.access("/nix/store", os.W_OK) and not Path("/nix/var/nix/daemon-socket/socket").exists():
-        return "the Nix store is not writable and no nix-daemon runs"
-    return None
-
-
-def require_nix() -> None:
-    """Skip (or, under CI=true, fail) a test that needs Nix where there is none."""
-    reason = nix_usable()
-    if reason is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs real Nix: {reason}")
-    pytest.skip(reason)
-
-
 def nonce() -> str:
     return f"{time.time_ns()}-{os.getpid()}"
 
 
 @pytest.fixture
-def nix_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A folder with nix.conf (in effect for this test) and drvs.nix; its path."""
-    require_nix()
+def nix_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nix_version: NixVersion) -> Path:
+    """A folder with nix.conf (in effect for this test, with `nix_version`'s Nix first on PATH) and drvs.nix."""
     folder = tmp_path / "nix"
     folder.mkdir()
-    (folder / "nix.conf").write_text(NIX_CONF)
+    (folder / "nix.conf").write_text(nix_version.nix_conf)
     (folder / "drvs.nix").write_text(DERIVATIONS)
     monkeypatch.setenv("NIX_CONF_DIR", str(folder))
+    env = nix_version.env()
+    for name in ("PATH", "NIX_LOG_DIR"):
+        if name in env:
+            monkeypatch.setenv(name, env[name])
     for name in [n for n in os.environ if n.startswith("SERVICE_TAG_")]:
         monkeypatch.delenv(name)
     return folder

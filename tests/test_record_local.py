@@ -19,6 +19,7 @@ import nixbuilds
 import pytest
 from conftest import query
 from nixbuilds import nonce
+from nixversions import NixVersion
 
 from buildreport.models import BuildRecord
 from buildreport.record import nix
@@ -33,14 +34,16 @@ from buildreport.record.local import (
 )
 from buildreport.spool import pending_files
 
-nix_files = nixbuilds.nix_files  # the fixture: a nix.conf of the test's own
+nix_files = nixbuilds.nix_files  # the fixture: a nix.conf of the test's own, for each Nix version
+nix_version = nixbuilds.nix_version
 # CPU time is read in clock ticks (10 ms) at both ends of a build, and a build's start is when its event
 # reached the recorder: a busy machine can make a build's CPU time look a few ticks longer than its wall time.
 CPU_READING_SLACK = 0.05
 
 
-def record_command(nix_files: Path, spool: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "buildreport", "record", "--spool", str(spool), *args]
+def record_command(nix_version: NixVersion, spool: Path, *args: str) -> list[str]:
+    """`buildreport record --spool SPOOL ARGS…` as a user of that Nix runs it (in its chroot, from the wheel)."""
+    return [*nix_version.buildreport, "record", "--spool", str(spool), *args]
 
 
 def nix_build(nix_files: Path, tag: str, *attrs: str) -> list[str]:
@@ -175,12 +178,14 @@ def test_a_machine_without_nix_is_one_clear_line(tmp_path: Path) -> None:
 # --- real builds -------------------------------------------------------------------------------------------
 
 
-def test_builds_are_recorded_running_then_final_with_what_nix_says(nix_files: Path, tmp_path: Path) -> None:
+def test_builds_are_recorded_running_then_final_with_what_nix_says(
+    nix_files: Path, nix_version: NixVersion, tmp_path: Path
+) -> None:
     spool, tag = tmp_path / "spool", nonce()
     env = {**os.environ, "SERVICE_TAG_team": "env-team", "SERVICE_TAG_ci": "yes"}
     before = time.time()
     done = subprocess.run(
-        record_command(nix_files, spool, "--tag", "job=unit", "--tag", "ci=cli", "--cpu-count", "4",
+        record_command(nix_version, spool, "--tag", "job=unit", "--tag", "ci=cli", "--cpu-count", "4",
                        "--allocated-megabytes", "2048", "--",
                        *nix_build(nix_files, tag, "ok", "fail", "multi"), "--keep-going"),
         capture_output=True, text=True, env=env,
@@ -242,10 +247,10 @@ def test_builds_are_recorded_running_then_final_with_what_nix_says(nix_files: Pa
     assert plain.returncode == done.returncode
 
 
-def test_output_paths_on_stdout_are_unchanged(nix_files: Path, tmp_path: Path) -> None:
+def test_output_paths_on_stdout_are_unchanged(nix_files: Path, nix_version: NixVersion, tmp_path: Path) -> None:
     tag = nonce()
     done = subprocess.run(
-        record_command(nix_files, tmp_path / "spool", "--", *nix_build(nix_files, tag, "multi")),
+        record_command(nix_version, tmp_path / "spool", "--", *nix_build(nix_files, tag, "multi")),
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0
@@ -254,10 +259,10 @@ def test_output_paths_on_stdout_are_unchanged(nix_files: Path, tmp_path: Path) -
     assert done.stdout == plain.stdout == out + "\n"
 
 
-def test_one_build_gets_the_cpu_time_of_its_builder(nix_files: Path, tmp_path: Path) -> None:
+def test_one_build_gets_the_cpu_time_of_its_builder(nix_files: Path, nix_version: NixVersion, tmp_path: Path) -> None:
     spool, tag = tmp_path / "spool", nonce()
     done = subprocess.run(
-        record_command(nix_files, spool, "--cpu-count", "1", "--", *nix_build(nix_files, tag, "busy")),
+        record_command(nix_version, spool, "--cpu-count", "1", "--", *nix_build(nix_files, tag, "busy")),
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -272,10 +277,12 @@ def test_one_build_gets_the_cpu_time_of_its_builder(nix_files: Path, tmp_path: P
     assert rec["peak_memory_use_kilobytes"] is None
 
 
-def test_builds_one_after_another_each_get_their_own_cpu_time(nix_files: Path, tmp_path: Path) -> None:
+def test_builds_one_after_another_each_get_their_own_cpu_time(
+    nix_files: Path, nix_version: NixVersion, tmp_path: Path
+) -> None:
     spool, tag = tmp_path / "spool", nonce()
     done = subprocess.run(
-        record_command(nix_files, spool, "--cpu-count", "1", "--",
+        record_command(nix_version, spool, "--cpu-count", "1", "--",
                        *nix_build(nix_files, tag, "busy", "ok", "busy2"), "--max-jobs", "1"),
         capture_output=True, text=True,
     )  # fmt: skip
@@ -289,10 +296,10 @@ def test_builds_one_after_another_each_get_their_own_cpu_time(nix_files: Path, t
     assert last["ok-test"]["cpu_seconds"] == 0
 
 
-def test_builds_side_by_side_get_no_cpu_time(nix_files: Path, tmp_path: Path) -> None:
+def test_builds_side_by_side_get_no_cpu_time(nix_files: Path, nix_version: NixVersion, tmp_path: Path) -> None:
     spool, tag = tmp_path / "spool", nonce()
     done = subprocess.run(
-        record_command(nix_files, spool, "--", *nix_build(nix_files, tag, "busy", "busy2"), "--max-jobs", "2"),
+        record_command(nix_version, spool, "--", *nix_build(nix_files, tag, "busy", "busy2"), "--max-jobs", "2"),
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -300,10 +307,12 @@ def test_builds_side_by_side_get_no_cpu_time(nix_files: Path, tmp_path: Path) ->
         assert (rec["cpu_seconds"], rec["average_cpu_utilization"]) == (0, None)
 
 
-def test_one_build_gets_the_peak_memory_of_its_builder(nix_files: Path, tmp_path: Path) -> None:
+def test_one_build_gets_the_peak_memory_of_its_builder(
+    nix_files: Path, nix_version: NixVersion, tmp_path: Path
+) -> None:
     spool, tag = tmp_path / "spool", nonce()
     done = subprocess.run(
-        record_command(nix_files, spool, "--", *nix_build(nix_files, tag, "big")), capture_output=True, text=True
+        record_command(nix_version, spool, "--", *nix_build(nix_files, tag, "big")), capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     rec = final(spooled(spool))["big-test"]
@@ -312,11 +321,13 @@ def test_one_build_gets_the_peak_memory_of_its_builder(nix_files: Path, tmp_path
     assert 39_063 <= rec["peak_memory_use_kilobytes"] <= 400_000
 
 
-def test_a_build_that_times_out_is_recorded_as_timeout(nix_files: Path, tmp_path: Path) -> None:
+def test_a_build_that_times_out_is_recorded_as_timeout(
+    nix_files: Path, nix_version: NixVersion, tmp_path: Path
+) -> None:
     spool, tag = tmp_path / "spool", nonce()
     before = time.time()
     done = subprocess.run(
-        record_command(nix_files, spool, "--", *nix_build(nix_files, tag, "slow"), "--timeout", "1"),
+        record_command(nix_version, spool, "--", *nix_build(nix_files, tag, "slow"), "--timeout", "1"),
         capture_output=True, text=True,
     )  # fmt: skip
     after = time.time()
@@ -332,11 +343,13 @@ def test_a_build_that_times_out_is_recorded_as_timeout(nix_files: Path, tmp_path
 
 
 @pytest.mark.parametrize("whole_group", [False, True], ids=["recorder-only", "ctrl-c-in-a-terminal"])
-def test_interrupted_builds_are_recorded_cancelled(nix_files: Path, tmp_path: Path, whole_group: bool) -> None:
+def test_interrupted_builds_are_recorded_cancelled(
+    nix_files: Path, nix_version: NixVersion, tmp_path: Path, whole_group: bool
+) -> None:
     spool, tag = tmp_path / "spool", nonce()
     before = time.time()
     proc = subprocess.Popen(
-        record_command(nix_files, spool, "--", *nix_build(nix_files, tag, "slow")),
+        record_command(nix_version, spool, "--", *nix_build(nix_files, tag, "slow")),
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
@@ -364,20 +377,22 @@ def test_interrupted_builds_are_recorded_cancelled(nix_files: Path, tmp_path: Pa
     assert rec["outputs"] == []
 
 
-def test_nix_build_is_recorded_too(nix_files: Path, tmp_path: Path) -> None:
+def test_nix_build_is_recorded_too(nix_files: Path, nix_version: NixVersion, tmp_path: Path) -> None:
     spool, tag = tmp_path / "spool", nonce()
     command = ["nix", "build", "-f", str(nix_files / "drvs.nix"), "ok", "--argstr", "nonce", tag, "--no-link", "-L"]
-    done = subprocess.run(record_command(nix_files, spool, "--", *command), capture_output=True, text=True)
+    done = subprocess.run(record_command(nix_version, spool, "--", *command), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     rec = final(spooled(spool))["ok-test"]
     assert rec["build_status"] == "built" and len(rec["outputs"]) == 1
     assert "ok-test> to-stderr" in done.stderr  # -L: build logs prefixed with the name, as nix build prints them
 
 
-def test_records_go_to_a_database_with_db(nix_files: Path, tmp_path: Path, fresh_db: Any) -> None:
+def test_records_go_to_a_database_with_db(
+    nix_files: Path, nix_version: NixVersion, tmp_path: Path, fresh_db: Any
+) -> None:
     db, tag = fresh_db(tmp_path), nonce()
     done = subprocess.run(
-        [sys.executable, "-m", "buildreport", "record", "--db", str(db), "--account", "acme", "--tag", "job=db",
+        [*nix_version.buildreport, "record", "--db", str(db), "--account", "acme", "--tag", "job=db",
          "--", *nix_build(nix_files, tag, "ok", "fail"), "--keep-going"],
         capture_output=True, text=True,
     )  # fmt: skip
@@ -407,11 +422,13 @@ def test_a_sink_that_fails_changes_nothing_for_nix(nix_files: Path, tmp_path: Pa
     assert len(warnings) == 2 and all("No space left on device" in w for w in warnings)
 
 
-def test_a_failure_nix_build_does_not_report_gets_no_other_builds_message(nix_files: Path, tmp_path: Path) -> None:
+def test_a_failure_nix_build_does_not_report_gets_no_other_builds_message(
+    nix_files: Path, nix_version: NixVersion, tmp_path: Path
+) -> None:
     spool, tag = tmp_path / "spool", nonce()
     command = ["nix", "build", "-f", str(nix_files / "drvs.nix"), "fail", "fail2", "--argstr", "nonce", tag,
                "--no-link", "--keep-going"]  # fmt: skip
-    done = subprocess.run(record_command(nix_files, spool, "--", *command), capture_output=True, text=True)
+    done = subprocess.run(record_command(nix_version, spool, "--", *command), capture_output=True, text=True)
     assert done.returncode == 1
     last = final(spooled(spool))
     assert {r["build_status"] for r in last.values()} == {"build_failed"}
@@ -439,10 +456,12 @@ def test_nix_output_keeps_flowing_when_reading_it_fails(nix_files: Path, tmp_pat
     assert "@nix" not in shown and records == []
 
 
-def test_recorded_builds_reach_the_api_through_push(nix_files: Path, tmp_path: Path, env: Any, serve: Any) -> None:
+def test_recorded_builds_reach_the_api_through_push(
+    nix_files: Path, nix_version: NixVersion, tmp_path: Path, env: Any, serve: Any
+) -> None:
     spool, tag = tmp_path / "spool", nonce()
     done = subprocess.run(
-        record_command(nix_files, spool, "--tag", f"run={tag}", "--", *nix_build(nix_files, tag, "ok", "fail"),
+        record_command(nix_version, spool, "--tag", f"run={tag}", "--", *nix_build(nix_files, tag, "ok", "fail"),
                        "--keep-going"),
         capture_output=True, text=True,
     )  # fmt: skip

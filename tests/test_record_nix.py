@@ -14,7 +14,8 @@ from nixbuilds import nonce
 from buildreport.models import BuildStatus
 from buildreport.record import nix
 
-nix_files = nixbuilds.nix_files  # the fixture: a nix.conf of the test's own
+nix_files = nixbuilds.nix_files  # the fixture: a nix.conf of the test's own, for each Nix version
+nix_version = nixbuilds.nix_version
 
 
 def instantiate(folder: Path, attr: str, tag: str) -> str:
