@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from buildreport.models import BuildRecord, BuildStatus
+from buildreport.models import BuildOutput, BuildRecord, BuildStatus
 from buildreport.record import nix
 from buildreport.record.records import RecordInvalid, make_record, new_invocation, source_id, utc
 
@@ -187,6 +187,7 @@ class Recorder:
         self.activity_types: dict[int, int] = {}
         self.progress: dict[int, int] = {}
         self.findings: list[nix.ErrorFinding] = []
+        self.valid: dict[int, bool] = {}  # by activity: whether all of a build's outputs are in the store
         self.errors: list[str] = []
         self.signalled: int | None = None
         self.signal_time: float | None = None
@@ -429,15 +430,27 @@ class Recorder:
         if interrupt is not None or self.signalled is not None:
             message = interrupt.message if interrupt else f"interrupted by {signal.Signals(self.signalled or 2).name}"
             return BuildStatus.cancelled, message
+        if (timeout := self._unnamed_timeout()) is not None:
+            return BuildStatus.timeout, f"building of '{build.drv_path}' {timeout}"
         assert self.proc is not None
         # An error about no derivation in particular may be this one's; one naming another build is not.
         for error in reversed(self.errors):
-            text = nix.strip_ansi(error).strip()
-            if text and (build.drv_path in text or ".drv" not in text):
-                return BuildStatus.build_failed, text.splitlines()[0]
+            text = nix.message_line(error)
+            if text and (build.drv_path in nix.strip_ansi(error) or ".drv" not in text):
+                return BuildStatus.build_failed, text
         code = self.proc.returncode
         ended = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
         return BuildStatus.build_failed, f"its outputs are missing after Nix {ended}"
+
+    def _unnamed_timeout(self) -> str | None:
+        """`timed out after N seconds` when Nix said so without naming the derivation (2.34) and there are as
+        many such messages as builds left without outputs or a message of their own: each is one of those."""
+        unnamed = [f.message for f in self.findings if f.status == BuildStatus.timeout and f.drv_path is None]
+        named = {f.drv_path for f in self.findings}
+        unexplained = [a for a, ok in self.valid.items() if not ok and self.builds[a].drv_path not in named]
+        if not unnamed or len(unnamed) != len(unexplained):
+            return None
+        return unnamed[0] if len(set(unnamed)) == 1 else "timed out"
 
     def _end(self, build: LocalBuild, status: BuildStatus, exit_time: float) -> float:
         """The end of a build: its stored log's last write, else the progress event, else Nix's exit.
@@ -459,10 +472,12 @@ class Recorder:
         peak = None
         if alone and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):
             peak = usage.maxrss_kb  # far larger than Nix itself was: the builder's
+        # Every build's outputs first: a time-out message naming no build is placed among those left without.
+        outputs = {b.activity: self._outputs(b) for b in builds}
         records: list[BuildRecord] = []
         for build in builds:
             try:
-                record = self._finish_build(build, exit_time, cpu.get(build.activity), peak)
+                record = self._finish_build(build, outputs[build.activity], exit_time, cpu.get(build.activity), peak)
             except Exception as exc:
                 self.warn(f"cannot record {build.drv_path}: {exc!r}")
                 continue
@@ -483,18 +498,25 @@ class Recorder:
         marks = [b.cpu_at_start or 0.0 for b in builds] + [usage.children_cpu_seconds]
         return {b.activity: max(0.0, marks[i + 1] - marks[i]) for i, b in enumerate(builds)}
 
+    def _outputs(self, build: LocalBuild) -> list[BuildOutput]:
+        """The outputs `build` left valid in the store (noting in `valid` whether they are all there)."""
+        drv = self._derivation(build)
+        outputs: list[BuildOutput] = []
+        if drv is not None:
+            try:
+                outputs = nix.build_outputs(drv)
+            except nix.NixError as exc:
+                self.warn(f"outputs of {build.drv_path}: {exc}")
+            self.valid[build.activity] = nix.outputs_valid(drv, outputs)
+        return outputs
+
     def _finish_build(
-        self, build: LocalBuild, exit_time: float, cpu: float | None, peak: int | None
+        self, build: LocalBuild, outputs: list[BuildOutput], exit_time: float, cpu: float | None, peak: int | None
     ) -> BuildRecord | None:
         drv = self._derivation(build)
         if drv is None:
             return None
-        try:
-            outputs = nix.build_outputs(drv)
-        except nix.NixError as exc:
-            self.warn(f"outputs of {build.drv_path}: {exc}")
-            outputs = []
-        status, message = self._status(build, drv, nix.outputs_valid(drv, outputs))
+        status, message = self._status(build, drv, self.valid.get(build.activity, False))
         end = self._end(build, status, exit_time)
         duration = max(0.0, end - build.start)
         log = nix.read_build_log(build.drv_path)
