@@ -9,13 +9,22 @@ elsewhere they are skipped with the reason.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import nixversions
 import pytest
 from nixversions import NixVersion
+
+from buildreport.models import BuildRecord
+from buildreport.record import nix
+from buildreport.spool import pending_files
 
 nix_version = nixversions.nix_version  # the fixture: each Nix version in turn
 
@@ -42,6 +51,75 @@ in {
   multi = mk "multi-test" "mkdir -p $out $dev; echo a > $out/a; echo bb > $dev/b" { outputs = [ "out" "dev" ]; };
 }
 """
+
+
+def record_command(nix_version: NixVersion, spool: Path, *args: str) -> list[str]:
+    """`buildreport record --spool SPOOL ARGS…` as a user of that Nix runs it (in its chroot, from the wheel)."""
+    return [*nix_version.buildreport, "record", "--spool", str(spool), *args]
+
+
+def when(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def instantiate(folder: Path, attr: str, tag: str) -> str:
+    done = subprocess.run(
+        ["nix-instantiate", str(folder / "drvs.nix"), "-A", attr, "--argstr", "nonce", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def path_info(version: NixVersion, paths: list[str]) -> dict[str, Any]:
+    """`nix path-info --json` of this version by path: a list in 2.8, an object keyed by path later."""
+    extra = ["--json-format", "1"] if version.at_least(2, 34) else []
+    raw = subprocess.run(
+        ["nix", "--extra-experimental-features", "nix-command", "path-info", "--json", *extra, *paths],
+        capture_output=True,
+        check=True,
+    ).stdout
+    listed = json.loads(raw)
+    if isinstance(listed, dict):
+        return {path: {**entry, "path": path} for path, entry in listed.items() if entry is not None}
+    return {entry["path"]: entry for entry in listed}
+
+
+def check_clock(record: dict[str, Any], before: float, after: float) -> None:
+    create, start = when(record["create_time"]), when(record["start_time"])
+    assert before <= create <= start <= after
+    assert record["queue_time_seconds"] == pytest.approx(start - create, abs=1e-5)
+    if record["duration_seconds"] is not None:
+        assert start + record["duration_seconds"] <= after
+
+
+def nix_build(nix_files: Path, tag: str, *attrs: str) -> list[str]:
+    selected = [arg for attr in attrs for arg in ("-A", attr)]
+    return ["nix-build", str(nix_files / "drvs.nix"), *selected, "--argstr", "nonce", tag, "--no-out-link"]
+
+
+def nix_build_new(nix_files: Path, tag: str, *attrs: str) -> list[str]:
+    """The same builds as `nix_build`, through `nix build` (the new command line)."""
+    return ["nix", "build", "-f", str(nix_files / "drvs.nix"), *attrs, "--argstr", "nonce", tag, "--no-link"]
+
+
+COMMANDS = {"nix-build": nix_build, "nix build": nix_build_new}
+
+
+def spooled(spool: Path) -> list[dict[str, Any]]:
+    """Every record of the spool, oldest file first; each is also a valid write record."""
+    records = []
+    for path in pending_files(spool):
+        for line in path.read_bytes().splitlines():
+            msgspec.json.decode(line, type=BuildRecord)
+            records.append(json.loads(line))
+    return records
+
+
+def final(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The last record of each derivation, by its name (`ok-test` …)."""
+    return {nix.drv_name(r["derivation_path"]): r for r in records}
 
 
 def nonce() -> str:

@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import bz2
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-import msgspec
 import nixbuilds
 import pytest
 from conftest import query
-from nixbuilds import nonce
+from nixbuilds import (
+    COMMANDS,
+    check_clock,
+    final,
+    instantiate,
+    nix_build,
+    nonce,
+    path_info,
+    record_command,
+    spooled,
+    when,
+)
 from nixversions import NixVersion
 
 from buildreport.models import BuildRecord
@@ -39,67 +47,6 @@ nix_version = nixbuilds.nix_version
 # CPU time is read in clock ticks (10 ms) at both ends of a build, and a build's start is when its event
 # reached the recorder: a busy machine can make a build's CPU time look a few ticks longer than its wall time.
 CPU_READING_SLACK = 0.05
-
-
-def record_command(nix_version: NixVersion, spool: Path, *args: str) -> list[str]:
-    """`buildreport record --spool SPOOL ARGS…` as a user of that Nix runs it (in its chroot, from the wheel)."""
-    return [*nix_version.buildreport, "record", "--spool", str(spool), *args]
-
-
-def nix_build(nix_files: Path, tag: str, *attrs: str) -> list[str]:
-    selected = [arg for attr in attrs for arg in ("-A", attr)]
-    return ["nix-build", str(nix_files / "drvs.nix"), *selected, "--argstr", "nonce", tag, "--no-out-link"]
-
-
-def spooled(spool: Path) -> list[dict[str, Any]]:
-    """Every record of the spool, oldest file first; each is also a valid write record."""
-    records = []
-    for path in pending_files(spool):
-        for line in path.read_bytes().splitlines():
-            msgspec.json.decode(line, type=BuildRecord)
-            records.append(json.loads(line))
-    return records
-
-
-def final(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The last record of each derivation, by its name (`ok-test` …)."""
-    return {nix.drv_name(r["derivation_path"]): r for r in records}
-
-
-def when(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()
-
-
-def instantiate(folder: Path, attr: str, tag: str) -> str:
-    done = subprocess.run(
-        ["nix-instantiate", str(folder / "drvs.nix"), "-A", attr, "--argstr", "nonce", tag],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
-
-
-def path_info(version: NixVersion, paths: list[str]) -> dict[str, Any]:
-    """`nix path-info --json` of this version by path: a list in 2.8, an object keyed by path later."""
-    extra = ["--json-format", "1"] if version.at_least(2, 34) else []
-    raw = subprocess.run(
-        ["nix", "--extra-experimental-features", "nix-command", "path-info", "--json", *extra, *paths],
-        capture_output=True,
-        check=True,
-    ).stdout
-    listed = json.loads(raw)
-    if isinstance(listed, dict):
-        return {path: {**entry, "path": path} for path, entry in listed.items() if entry is not None}
-    return {entry["path"]: entry for entry in listed}
-
-
-def check_clock(record: dict[str, Any], before: float, after: float) -> None:
-    create, start = when(record["create_time"]), when(record["start_time"])
-    assert before <= create <= start <= after
-    assert record["queue_time_seconds"] == pytest.approx(start - create, abs=1e-5)
-    if record["duration_seconds"] is not None:
-        assert start + record["duration_seconds"] <= after
 
 
 # --- the command line, without Nix -------------------------------------------------------------------------
@@ -341,21 +288,24 @@ def test_a_build_that_times_out_is_recorded_as_timeout(
     rec = final(spooled(spool))["slow-test"]
     check_clock(rec, before, after)
     assert rec["build_status"] == "timeout"
-    assert rec["status_message"] == (
-        f"building of '{rec['derivation_path']}' timed out after 1 seconds"
-    )
+    assert rec["status_message"] == (f"building of '{rec['derivation_path']}' timed out after 1 seconds")
     assert 0.9 <= rec["duration_seconds"] <= 3
     assert rec["log"] == "slow start\n" and rec["outputs"] == []
 
 
-@pytest.mark.parametrize("whole_group", [False, True], ids=["recorder-only", "ctrl-c-in-a-terminal"])
+@pytest.mark.parametrize("kind", list(COMMANDS))
+@pytest.mark.parametrize(
+    ("whole_group", "signum"),
+    [(False, signal.SIGINT), (True, signal.SIGINT), (False, signal.SIGTERM)],
+    ids=["recorder-only", "ctrl-c-in-a-terminal", "sigterm"],
+)
 def test_interrupted_builds_are_recorded_cancelled(
-    nix_files: Path, nix_version: NixVersion, tmp_path: Path, whole_group: bool
+    nix_files: Path, nix_version: NixVersion, tmp_path: Path, whole_group: bool, signum: int, kind: str
 ) -> None:
     spool, tag = tmp_path / "spool", nonce()
     before = time.time()
     proc = subprocess.Popen(
-        record_command(nix_version, spool, "--", *nix_build(nix_files, tag, "slow")),
+        record_command(nix_version, spool, "--", *COMMANDS[kind](nix_files, tag, "slow")),
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
@@ -366,9 +316,9 @@ def test_interrupted_builds_are_recorded_cancelled(
         interrupted = time.time()
         # Ctrl-C in a terminal reaches Nix as well as the recorder: the second SIGINT must do no harm.
         if whole_group:
-            os.killpg(proc.pid, signal.SIGINT)
+            os.killpg(proc.pid, signum)
         else:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
