@@ -1,12 +1,14 @@
 #!/usr/bin/env sh
 # Install the Debian packages named as arguments whose command is missing (chromium for the browser tests,
-# nix-bin and openssh-server for the recorder tests, postgresql for the PostgreSQL tests, wrk for the benchmark),
+# nix-bin, openssh-server and debootstrap (chroots with newer Nix) for the recorder tests, postgresql for the
+# PostgreSQL tests, wrk for the benchmark),
 # with apt-get when run as root; otherwise say what to install and go on.
 missing=""
 for package in "$@"; do
     case "$package" in
         nix-bin) command=nix-build ;;
         openssh-server) command=/usr/sbin/sshd ;;
+        debootstrap) command=/usr/sbin/debootstrap ;;
         # Debian keeps the server's programs off PATH, in a folder per major version.
         postgresql) command=$(ls /usr/lib/postgresql/*/bin/postgres 2>/dev/null | tail -n 1) ;;
         *) command=$package ;;
