@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import buildreport_command
+from nixbuilds import DERIVATIONS
+from nixversions import NixVersion, prepare
 
 from buildreport.destinations import SpoolSink
 from buildreport.models import BuildOutput
@@ -198,3 +202,72 @@ def test_a_socket_someone_listens_at_is_left_alone(tmp_path: Path) -> None:
             open_socket(path, print)
     finally:
         other.close()
+
+
+# --- with Nix 2.34 (the first Debian Nix with json-log-path) ---------------------------------------------------
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_collect_records_the_builds_of_nix_build_and_of_the_daemon_with_nix_2_34(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    version = prepare("2.34", tmp_path_factory)
+    sock, spool, conf = tmp_path / "nix-log.sock", tmp_path / "spool", tmp_path / "nix"
+    conf.mkdir()
+    (conf / "nix.conf").write_text(version.nix_conf + f"json-log-path = {sock}\n")
+    (conf / "drvs.nix").write_text(DERIVATIONS)
+    env = {**version.env(), "NIX_CONF_DIR": str(conf)}
+    state = version.host_path("/nix/var/nix")
+    command = [*buildreport_command(), "collect", "--socket", str(sock), "--spool", str(spool)]
+    with open(tmp_path / "collect.log", "w") as notes:
+        collector = subprocess.Popen([*command, "--nix-state-dir", str(state)], env=env, stderr=notes)
+    daemon: subprocess.Popen[str] | None = None
+    try:
+        wait_for(sock.is_socket, 30, "the collector did not listen")
+        tag = f"{time.time_ns()}"
+        argv = ["nix", "build", "-f", str(conf / "drvs.nix"), "ok", "fail", "--keep-going", "--no-link"]
+        own = version.run([*argv, "--argstr", "nonce", tag], env=env, capture_output=True, text=True, timeout=120)
+        assert own.returncode != 0  # `fail` failed
+        socket_file = version.host_path("/nix/var/nix/daemon-socket/socket")
+        socket_file.unlink(missing_ok=True)  # an earlier daemon's: wait for this one's
+        daemon = version.popen(["nix-daemon"], env=env)
+        wait_for(socket_file.is_socket, 30, "nix-daemon did not start")
+        legacy = ["nix-build", str(conf / "drvs.nix"), "-A", "ok", "--argstr", "nonce", f"{tag}-d", "--no-out-link"]
+        via_daemon = version.run(legacy, env={**env, "NIX_REMOTE": "daemon"}, capture_output=True, text=True)
+        assert via_daemon.returncode == 0, via_daemon.stderr
+
+        def finals() -> dict[str, dict[str, Any]]:
+            found = [json.loads(line) for f in pending_files(spool) for line in f.read_bytes().splitlines()]
+            return {r["derivation_path"]: r for r in found if r["build_status"] != "running"}
+
+        wait_for(lambda: len(finals()) >= 3, 30, "three builds were not recorded")
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+        collector.terminate()
+        collector.wait(timeout=30)
+    records = finals()
+    assert sorted(nix.drv_name(drv) for drv in records) == ["fail-test", "ok-test", "ok-test"]
+    built = [r for r in records.values() if r["build_status"] == "built"]
+    [failed] = [r for r in records.values() if r["build_status"] == "build_failed"]
+    assert len(built) == 2
+    assert "failed with exit code 1" in failed["status_message"] and failed["log"] == "about to fail\n"
+    for record in built:
+        [output] = record["outputs"]
+        info = path_info_of(version, env, output["path"])
+        assert (output["nar_hash"], output["nar_size_bytes"]) == (info["narHash"], info["narSize"])
+        assert record["tags"] == {"project": "web", "team": "drv-team"} and record["log"].startswith("building\n")
+    assert via_daemon.stdout.strip() in {r["outputs"][0]["path"] for r in built}  # the daemon's build too
+
+
+def path_info_of(version: NixVersion, env: dict[str, str], path: str) -> dict[str, Any]:
+    done = version.run(["nix", "path-info", "--json", "--json-format", "1", path], env=env, capture_output=True)
+    infos = json.loads(done.stdout)
+    return infos[path] if isinstance(infos, dict) else infos[0]
