@@ -171,7 +171,7 @@ def test_connections_of_other_users_are_read_but_not_recorded() -> None:
     recorder = Recorder(CollectConfig(sink=written.append, cpu_count=1, allocated_megabytes=0, log=lambda _: None,
                                       store=FakeStore()))  # fmt: skip
     recorder.opened(1, pid=123, uid=1000)
-    recorder.line(time.time(), 1, build_start(50, OK).strip())
+    recorder.data(time.time(), 1, build_start(50, OK))
     assert written == []
 
 

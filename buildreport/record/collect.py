@@ -7,8 +7,8 @@ PATH once and writes its log there, one `internal-json` event a line. Legacy com
 
 Nix writes each line with a blocking write: a reader that stops reading stalls every build on the machine. So the
 connection threads here only read and queue; everything slow (asking the store about outputs, writing records)
-happens on the recorder thread, and when that falls far behind, build log lines are dropped (and counted), never
-the reading.
+happens on the recorder thread, which also cuts the bytes into lines. When that falls far behind (256 MiB), what
+Nix sends is dropped (and counted) until it catches up, never the reading.
 
 What is recorded: each `build` activity (type 105) run here (machine ""), from its start to its stop. Its status:
 built when its outputs are valid after the stop; otherwise what an error message of the same process says about
@@ -26,6 +26,7 @@ import queue
 import socket
 import sqlite3
 import struct
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
@@ -42,7 +43,8 @@ from buildreport.record import nix, records
 from buildreport.record.fit import fit
 
 MAX_LINE = 4 * 1024 * 1024  # a longer line is not an event of ours: it is skipped
-QUEUE_LOG_LIMIT = 100_000  # queued events beyond which build log lines are dropped
+CHUNK = 1024 * 1024
+BACKLOG_LIMIT = 256 * 1024 * 1024  # bytes read but not yet recorded, beyond which what Nix sends is dropped
 HOLD_SECONDS = 2.0  # how long a build without valid outputs waits for its process's error message
 LOG_BYTES_KEPT = 2 * 1024 * 1024  # the end of a longer build log is kept
 MESSAGE_LINES = 10
@@ -135,6 +137,8 @@ class Connection:
     remote: set[str] = field(default_factory=set)  # derivations this process sent to another machine
     errors: list[nix.ErrorFinding] = field(default_factory=list)
     closed: bool = False
+    pending: bytes = b""  # the start of a line whose end has not come yet
+    resync: bool = False  # bytes were dropped: the next line is cut, skip to its end
 
 
 @dataclass
@@ -169,10 +173,25 @@ class Recorder:
                 build.stop = build.stop if build.stop is not None else at
             self.settle(at)
 
-    def line(self, at: float, number: int, data: bytes) -> None:
+    def data(self, at: float, number: int, chunk: bytes | None) -> None:
+        """Bytes of one connection as they came (None: some were dropped before these)."""
         conn = self.connections.get(number)
         if conn is None or conn.uid != 0:
             return
+        if chunk is None:
+            conn.pending, conn.resync = b"", True
+            return
+        lines = (conn.pending + chunk).split(b"\n")
+        conn.pending = lines.pop()
+        if len(conn.pending) > MAX_LINE:
+            conn.pending, conn.resync = b"", True
+        if conn.resync and lines:
+            lines.pop(0)
+            conn.resync = False
+        for line in lines:
+            self.line(at, conn, line)
+
+    def line(self, at: float, conn: Connection, data: bytes) -> None:
         event = nix.parse_event(nix.EVENT_PREFIX + data)
         if event is None:
             return
@@ -317,10 +336,14 @@ class Collector:
         self.config = config
         self.recorder = Recorder(config)
         self.events: queue.Queue[tuple[float, str, int, Any]] = queue.Queue()
+        self.backlog = 0  # bytes queued, not yet recorded
+        self.backlog_lock = threading.Lock()
         self.dropped = 0
         self.stopping = threading.Event()
 
     def serve(self) -> None:
+        # The readers must get the interpreter soon after data arrives, not after the recorder's 5 ms turn.
+        sys.setswitchinterval(0.0005)
         recorder = threading.Thread(target=self._record_loop, name="recorder", daemon=True)
         recorder.start()
         number = 0
@@ -351,24 +374,26 @@ class Collector:
             except OSError:
                 pid, uid = 0, -1
             self.events.put((time.time(), "open", number, (pid, uid)))
-            pending = b""
+            dropping = False
             while True:
                 try:
-                    data = conn.recv(256 * 1024)
+                    data = conn.recv(CHUNK)
                 except OSError:
                     data = b""
                 if not data:
                     break
-                now = time.time()
-                lines = (pending + data).split(b"\n")
-                pending = lines.pop()
-                if len(pending) > MAX_LINE:
-                    pending = b""
-                for line in lines:
-                    if self.events.qsize() > QUEUE_LOG_LIMIT and b'"type":101' in line:
-                        self.dropped += 1  # far behind: a build log line is the one thing given up
-                        continue
-                    self.events.put((now, "line", number, line))
+                with self.backlog_lock:
+                    full = self.backlog > BACKLOG_LIMIT
+                    if not full:
+                        self.backlog += len(data)
+                if full:
+                    self.dropped += len(data)  # far behind: give up these bytes rather than make Nix wait
+                    dropping = True
+                    continue
+                if dropping:
+                    self.events.put((time.time(), "data", number, None))
+                    dropping = False
+                self.events.put((time.time(), "data", number, data))
         self.events.put((time.time(), "close", number, None))
 
     def _record_loop(self) -> None:
@@ -384,12 +409,15 @@ class Collector:
                     return
                 if kind == "open":
                     recorder.opened(number, *value)
-                elif kind == "line":
-                    recorder.line(at, number, value)
+                elif kind == "data":
+                    if value is not None:
+                        with self.backlog_lock:
+                            self.backlog -= len(value)
+                    recorder.data(at, number, value)
                 else:
                     recorder.closed(at, number)
             except Exception as exc:  # one odd event must not end the recording of every other build
                 self.config.log(f"an event could not be recorded: {exc!r}")
             if self.dropped > reported:
-                self.config.log(f"{self.dropped - reported} build log lines dropped: the recorder fell behind")
+                self.config.log(f"{self.dropped - reported} bytes of Nix's log dropped: the recorder fell behind")
                 reported = self.dropped
