@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import buildreport_command
+from nix_runner import Runner, require_tools
 from nixbuilds import DERIVATIONS
 from nixversions import NixVersion, prepare
 
@@ -271,3 +272,44 @@ def path_info_of(version: NixVersion, env: dict[str, str], path: str) -> dict[st
     done = version.run(["nix", "path-info", "--json", "--json-format", "1", path], env=env, capture_output=True)
     infos = json.loads(done.stdout)
     return infos[path] if isinstance(infos, dict) else infos[0]
+
+
+def test_collect_records_a_remote_build_arriving_over_ssh_ng_once_with_nix_2_34(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    require_tools()
+    version = prepare("2.34", tmp_path_factory)
+    sock, spool = tmp_path / "nix-log.sock", tmp_path / "collected"
+    path = f"{version.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"
+    runner = Runner(tmp_path / "runner", ["--nix-daemon", str(version.bin_dir / "nix-daemon"), "--no-cgroup"],
+                    runner_env={"PATH": path})  # fmt: skip
+    (runner.runner_conf / "nix.conf").write_text(version.nix_conf + f"json-log-path = {sock}\n")
+    command = [*buildreport_command(), "collect", "--socket", str(sock), "--spool", str(spool)]
+    state = version.host_path("/nix/var/nix")
+    with open(tmp_path / "collect.log", "w") as notes:
+        collector = subprocess.Popen([*command, "--nix-state-dir", str(state)], env=version.env(), stderr=notes)
+    runner.start()
+    try:
+        wait_for(sock.is_socket, 30, "the collector did not listen")
+        tag = str(time.time_ns())
+        done = runner.build("ok", tag)  # a Nix 2.8 client: the derivation travels in memory, not as a .drv
+        assert done.returncode == 0, done.stderr
+        out = done.stdout.strip()
+
+        def collected() -> list[dict[str, Any]]:
+            return [json.loads(line) for f in pending_files(spool) for line in f.read_bytes().splitlines()]
+
+        wait_for(lambda: any(r["build_status"] != "running" for r in collected()), 30, "no build was collected")
+        time.sleep(1)  # time enough for a second record of the same build, which must not come
+    finally:
+        runner.stop()
+        collector.terminate()
+        collector.wait(timeout=30)
+    records = collected()
+    assert len({r["source_id"] for r in records}) == 1  # one build, recorded once
+    final = records[-1]
+    assert final["build_status"] == "built" and final["derivation_path"].endswith("-ok-test.drv")
+    assert [o["path"] for o in final["outputs"]] == [out]  # found through the deriver Nix registered
+    assert final["system"] == "x86_64-linux" and final["log"] == "building\nto-stderr\n"
+    runner_final = runner.wait_final(final["derivation_path"])[-1]  # the runner recorded it as well
+    assert runner_final["outputs"] == final["outputs"]
