@@ -39,7 +39,7 @@ class FakeStore(StoreView):
 
     def derivation(self, drv_path: str) -> nix.Derivation | None:
         if self.gate is not None:
-            self.gate.wait(60)
+            self.gate.wait(600)
         if drv_path == OK:
             return nix.Derivation(OK, "x86_64-linux", {"out": OK_OUT}, {"SERVICE_TAG_project": "web"})
         if drv_path == FAIL:
@@ -159,7 +159,7 @@ def test_the_reader_keeps_draining_while_the_recorder_is_stuck(running: Running)
     lines = b"".join(log_line(40, f"log line {i:07d} " + "x" * 80) for i in range(200_000))  # about 25 MB
     sender = threading.Thread(target=running.send, args=(build_start(40, OK), lines, stop(40)))
     sender.start()
-    sender.join(120)
+    sender.join(60)
     finished = not sender.is_alive()
     gate.set()
     assert finished, "writing to the collector's socket blocked while its recorder was busy"

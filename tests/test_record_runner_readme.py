@@ -52,7 +52,9 @@ def test_the_one_machine_walk_through_builds_and_records_as_printed(runner: Runn
     forced = keys.read_text().splitlines()[0].rsplit(" ssh-ed25519 ", 1)[0]
     keys.write_text(keys.read_text() + f"{forced} {(here / 'runner_key.pub').read_text().strip()}\n")
     env = {**os.environ, "NIX_CONF_DIR": str(runner.client_conf)}
-    done = subprocess.run(["sh", "-euc", "NIX_SSHOPTS=" + build], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["sh", "-euc", "NIX_SSHOPTS=" + build], env=env, capture_output=True, text=True, timeout=120, cwd=here
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout.strip()
     assert out.startswith("/nix/store/") and out.endswith("-ok-test")
