@@ -5,9 +5,11 @@
 #   sh .ci/nix_chroot.sh SUITE...
 #
 # Each chroot is kept in $BUILDREPORT_NIX_CACHE/SUITE (default /var/cache/buildreport-nix), made again when
-# missing or broken; buildreport inside is installed again from a wheel of this checkout whenever the
-# checkout's sources differ from those last installed. Needs root and debootstrap. Nothing is mounted outside
-# a private mount namespace, so no mount outlives the command that needed it (see tests/nix_in_chroot.sh).
+# missing or broken. buildreport is installed in it from a wheel of this checkout, in a virtual environment
+# of this checkout's own (/opt/buildreport/<hash of the checkout's folder>: checkouts side by side do not
+# replace each other's), again whenever the checkout's sources differ from those last installed. Prints
+# "SUITE CHROOT VENV" for each suite. Needs root and debootstrap. Nothing is mounted outside a private mount
+# namespace, so no mount outlives the command that needed it (see tests/nix_in_chroot.sh).
 set -eu
 
 checkout=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,7 +42,7 @@ inside() { target=$1; shift; unshare --mount --propagation private -- sh "$in_ch
 
 healthy() {
     [ -f "$1/.buildreport-ready" ] && inside "$1" nix --version >/dev/null 2>&1 \
-        && inside "$1" /opt/buildreport/bin/python -c 'import sys' >/dev/null 2>&1
+        && inside "$1" python3 -c 'import venv' >/dev/null 2>&1
 }
 
 make_chroot() {
@@ -64,36 +66,37 @@ make_chroot() {
     # The tests' own Nix settings: no sandbox, no substituters, builds as root (no nixbld users in a chroot).
     printf '%s\n' 'sandbox = false' 'substituters =' 'experimental-features = nix-command' \
         'build-users-group =' 'keep-build-log = true' >"$dir.new/etc/nix/nix.conf"
-    inside "$dir.new" python3 -m venv /opt/buildreport || fail "python3 -m venv failed in the $suite chroot"
     touch "$dir.new/.buildreport-ready"
     mv "$dir.new" "$dir"
     echo "nix_chroot: $suite chroot made in $(( $(date +%s) - started )) s" >&2
 }
 
 install_buildreport() {
-    dir=$1 want=$2
-    [ "$(cat "$dir/opt/buildreport/.sources" 2>/dev/null)" = "$want" ] && return 0
+    dir=$1 want=$2 venv=$3
+    [ "$(cat "$dir$venv/.sources" 2>/dev/null)" = "$want" ] && return 0
     started=$(date +%s)
-    wheels="$dir/opt/wheels"
+    [ -x "$dir$venv/bin/pip" ] || inside "$dir" python3 -m venv "$venv" || fail "python3 -m venv failed in $dir"
+    wheels="$dir$venv/wheels"
     rm -rf "$wheels" && mkdir -p "$wheels"
     python=$checkout/.venv/bin/python
     [ -x "$python" ] || python=python3
     "$python" -m pip wheel --quiet --no-deps --wheel-dir "$wheels" "$checkout" >/dev/null \
         || fail "could not build buildreport's wheel"
-    wheel=/opt/wheels/$(basename "$(ls "$wheels"/*.whl)")
+    wheel=$venv/wheels/$(basename "$(ls "$wheels"/*.whl)")
     # pip inside the chroot checks certificates against this machine's CA bundle.
     cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/host-ca-certificates.crt"
     cert=/etc/ssl/certs/host-ca-certificates.crt
-    inside "$dir" env SSL_CERT_FILE=$cert PIP_CERT=$cert /opt/buildreport/bin/pip install --quiet \
+    inside "$dir" env SSL_CERT_FILE=$cert PIP_CERT=$cert "$venv/bin/pip" install --quiet \
         --disable-pip-version-check --force-reinstall --no-deps "$wheel" \
-        && inside "$dir" env SSL_CERT_FILE=$cert PIP_CERT=$cert /opt/buildreport/bin/pip install --quiet \
+        && inside "$dir" env SSL_CERT_FILE=$cert PIP_CERT=$cert "$venv/bin/pip" install --quiet \
         --disable-pip-version-check "$wheel" || fail "pip could not install buildreport in $dir"
-    echo "$want" >"$dir/opt/buildreport/.sources"
+    echo "$want" >"$dir$venv/.sources"
     echo "nix_chroot: buildreport installed in $dir in $(( $(date +%s) - started )) s" >&2
 }
 
 mkdir -p "$cache"
 want=$(sources_hash)
+venv=/opt/buildreport/$(printf '%s' "$checkout" | sha256sum | cut -c1-12)
 for suite in "$@"; do
     case "$suite" in *[!a-z0-9-]*|'') fail "'$suite' is not a Debian suite name" ;; esac
     dir="$cache/$suite"
@@ -102,6 +105,7 @@ for suite in "$@"; do
     flock 9
     healthy "$dir" || make_chroot "$suite" "$dir"
     healthy "$dir" || fail "the $suite chroot in $dir does not run nix or python; remove it and try again"
-    install_buildreport "$dir" "$want"
+    install_buildreport "$dir" "$want" "$venv"
     exec 9>&-
+    echo "$suite $dir $venv"
 done

@@ -22,5 +22,5 @@ case "${NIX_LOG_DIR:-}" in "$dir"/*) NIX_LOG_DIR=${NIX_LOG_DIR#"$dir"}; export N
 # The caller's folder, when the chroot sees it (the temporary folder); else the chroot's root.
 case "$PWD/" in "$tmp"/*) here=$PWD ;; *) here=/ ;; esac
 unset PYTHONPATH PYTHONHOME VIRTUAL_ENV
-exec chroot "$dir" /usr/bin/env PATH=/opt/buildreport/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+exec chroot "$dir" /usr/bin/env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     /bin/sh -c 'cd "$1" && shift && exec "$@"' sh "$here" "$@"

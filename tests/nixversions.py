@@ -5,9 +5,10 @@
     2.34  Debian sid's nix-bin, in the chroot <cache>/sid
 
 <cache> is $BUILDREPORT_NIX_CACHE, default /var/cache/buildreport-nix. `.ci/nix_chroot.sh SUITE…` makes the
-chroots (`make test` runs it first); each holds its suite's Nix, Python, OpenSSH and buildreport installed from
-a wheel of this checkout in /opt/buildreport. When a test session starts, each chroot's buildreport is installed
-again if the checkout's sources changed. Under CI=true a missing version fails its tests; elsewhere they skip.
+chroots (`make test` runs it first); each holds its suite's Nix, Python and OpenSSH, and buildreport installed
+from a wheel of this checkout in a virtual environment of the checkout's own (`v.venv`, under /opt/buildreport).
+When a test session starts, it is installed again if the checkout's sources changed. Under CI=true a missing
+version fails its tests; elsewhere they skip.
 
 Interface (the `nix_version` fixture is parametrised over the three; ids `nix-2.8`, `nix-2.26`, `nix-2.34`):
 
@@ -22,8 +23,8 @@ Interface (the `nix_version` fixture is parametrised over the three; ids `nix-2.
   test process reach this version (the `nix_files` fixture puts this in effect for a test);
 - `v.command(argv)`: argv that runs `argv` with this version (inside the chroot; unchanged on the host);
   `v.run(argv, **kw)` and `v.popen(argv, **kw)` are subprocess.run / Popen of it;
-- `v.buildreport`: the argv that starts buildreport next to this Nix (the chroot's own, from the wheel, under
-  the chroot's Python);
+- `v.buildreport`: the argv that starts buildreport next to this Nix (in the chroot: `v.venv`/bin/buildreport,
+  from the wheel, under the chroot's Python);
 - `v.log_dir`: the stored build logs of this Nix, seen from outside; `v.nix_conf`: the nix.conf the tests use.
 
 How a command runs inside: `unshare --mount` gives it a mount namespace of its own, in which
@@ -53,7 +54,6 @@ CHROOT_SUITES = {"2.26": "trixie", "2.34": "sid"}
 NAMES = ("2.8", "2.26", "2.34")
 WRAPPED = ("nix", "nix-build", "nix-instantiate", "nix-store", "nix-daemon", "nix-env", "nix-shell", "python3")
 WRAPPED_ABSOLUTE = {
-    "buildreport": "/opt/buildreport/bin/buildreport",
     "sshd": "/usr/sbin/sshd",
     "ssh": "/usr/bin/ssh",
     "ssh-keygen": "/usr/bin/ssh-keygen",
@@ -82,6 +82,7 @@ class NixVersion:
     version: str
     root: Path | None = None
     bin_dir: Path | None = None
+    venv: str | None = None  # buildreport's virtual environment inside the chroot
     nix_conf: str = HOST_NIX_CONF
     _numbers: tuple[int, ...] = field(default=(), repr=False)
 
@@ -127,9 +128,10 @@ def _numbers(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in word.split(".") if part.isdigit())
 
 
-def _write_wrappers(root: Path, folder: Path) -> None:
+def _write_wrappers(root: Path, venv: str, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for name, target in [*((n, n) for n in WRAPPED), *WRAPPED_ABSOLUTE.items()]:
+    programs = {**{name: name for name in WRAPPED}, **WRAPPED_ABSOLUTE, "buildreport": f"{venv}/bin/buildreport"}
+    for name, target in programs.items():
         wrapper = folder / name
         wrapper.write_text(
             "#!/bin/sh\n"
@@ -161,7 +163,8 @@ def _chroot_version(name: str, wrappers: Path) -> NixVersion | str:
     done = subprocess.run(["sh", str(SET_UP), suite], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return f"the Nix {name} chroot is not usable: {done.stderr.strip().splitlines()[-1:]}"
-    _write_wrappers(root, wrappers)
+    venv = done.stdout.split()[-1]  # the set-up's last line: "SUITE CHROOT VENV"
+    _write_wrappers(root, venv, wrappers)
     version = subprocess.run([str(wrappers / "nix"), "--version"], capture_output=True, text=True, check=False)
     if version.returncode != 0:
         return f"nix --version failed in {root}: {version.stderr.strip()}"
@@ -174,6 +177,7 @@ def _chroot_version(name: str, wrappers: Path) -> NixVersion | str:
         version=".".join(map(str, numbers)),
         root=root,
         bin_dir=wrappers,
+        venv=venv,
         nix_conf=CHROOT_NIX_CONF,
         _numbers=numbers,
     )

@@ -7,7 +7,9 @@ and shows the user what Nix would have printed at the verbosity the user asked f
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
+from typing import IO
 
 DEFAULT_VERBOSITY = 3  # Nix's `info`: what it prints without -v or --quiet
 
@@ -55,3 +57,45 @@ def verbosity(command: Sequence[str]) -> int:
         elif arg.startswith("-") and not arg.startswith("--") and set(arg[1:]) == {"v"}:
             level += len(arg) - 1
     return level
+
+
+def reads_build_json(command: Sequence[str], kind: str, stdout_is_terminal: bool) -> bool:
+    """Whether the recorder reads what `nix build --json` prints (per build: times, and CPU time in a cgroup).
+
+    Only when the user asked for --json, and only when standard output is not a terminal: Nix formats its
+    JSON for a terminal differently, and what the user sees must not change.
+    """
+    words = list(command[: command.index("--")] if "--" in command else command)
+    return kind == "nix build" and "--json" in words and not stdout_is_terminal
+
+
+class StdoutCopy:
+    """Passes Nix's standard output on to ours byte for byte, keeping a copy of its first `limit` bytes."""
+
+    def __init__(self, source: IO[bytes], target_fd: int, limit: int = 16 * 1024 * 1024) -> None:
+        self.source, self.target_fd, self.limit = source, target_fd, limit
+        self.copy = bytearray()
+        self.thread = threading.Thread(target=self._relay, name="buildreport-stdout", daemon=True)
+        self.thread.start()
+
+    def _relay(self) -> None:
+        fd = self.source.fileno()
+        writable = True
+        while chunk := os.read(fd, 65536):
+            if len(self.copy) < self.limit:
+                self.copy += chunk[: self.limit - len(self.copy)]
+            view = memoryview(chunk)
+            while writable and view:
+                try:
+                    view = view[os.write(self.target_fd, view) :]
+                except BrokenPipeError:
+                    writable = False
+                    self.source.close()  # Nix then meets a closed pipe too, as it would without the recorder
+                    return
+                except InterruptedError:
+                    continue
+
+    def text(self, wait_seconds: float = 10.0) -> bytes:
+        """What Nix printed, once it has closed its output (or what came within `wait_seconds`)."""
+        self.thread.join(wait_seconds)
+        return bytes(self.copy)

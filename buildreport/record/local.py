@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from buildreport.models import BuildOutput, BuildRecord, BuildStatus
 from buildreport.record import nix
-from buildreport.record.command import UsageError, nix_command_line, verbosity
+from buildreport.record.command import StdoutCopy, UsageError, nix_command_line, reads_build_json, verbosity
 from buildreport.record.process import (
     Usage,
     hwm_kb,
@@ -45,6 +45,7 @@ from buildreport.record.records import RecordInvalid, make_record, new_invocatio
 Sink = Callable[[list[BuildRecord]], None]  # writes the records of one call all together, or raises
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+STDOUT = 1  # the descriptor Nix would write to without the recorder (whatever sys.stdout is in Python)
 LOG_TAIL_LINES = 10_000  # kept from the event stream for a build whose log Nix did not store
 # A record's log is the end of a longer one: a record must fit in one request to the service (16 MiB).
 LOG_MAX_BYTES = 2 * 1024 * 1024
@@ -98,6 +99,7 @@ class Recorder:
         self.activity_types: dict[int, int] = {}
         self.progress: dict[int, int] = {}
         self.findings: list[nix.ErrorFinding] = []
+        self.built_by_nix: dict[str, nix.BuiltByNix] = {}  # what `nix build --json` said, by derivation
         self.valid: dict[int, bool] = {}  # by activity: whether all of a build's outputs are in the store
         self.errors: list[str] = []
         self.signalled: int | None = None
@@ -118,10 +120,13 @@ class Recorder:
         worker.start()
         self.create_time = time.time()
         try:
-            self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE, env=self.env)
+            copy_json = reads_build_json(self.argv, self.kind, os.isatty(STDOUT))
+            stdout = subprocess.PIPE if copy_json else None
+            self.proc = subprocess.Popen(self.argv, stdout=stdout, stderr=subprocess.PIPE, env=self.env)
         except OSError as exc:
             self._jobs.put(None)
             raise UsageError(f"cannot run {self.argv[0]}: {exc.strerror or exc}") from exc
+        stdout_copy = StdoutCopy(self.proc.stdout, STDOUT) if self.proc.stdout is not None else None
         previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED_SIGNALS}
         exited = threading.Event()
         watcher = threading.Thread(target=self._watch_nix_memory, args=(exited,), name="buildreport-hwm", daemon=True)
@@ -139,6 +144,8 @@ class Recorder:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         exit_time = time.time()
+        if stdout_copy is not None:
+            self.built_by_nix = nix.parse_build_json(stdout_copy.text())
         self._jobs.put(None)
         worker.join()
         self._finish(usage, exit_time)
@@ -379,6 +386,10 @@ class Recorder:
     def _finish(self, usage: Usage, exit_time: float) -> None:
         builds = list(self.builds.values())
         cpu = self._cpu_per_build(builds, usage)
+        for build in builds:  # the build's own CPU time, from Nix (`nix build --json` of a build in a cgroup)
+            said = self.built_by_nix.get(build.drv_path)
+            if said is not None and said.cpu_seconds is not None:
+                cpu[build.activity] = said.cpu_seconds
         alone = len(builds) == 1 and builds[0].activity in cpu
         peak = None
         if alone and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):

@@ -226,6 +226,31 @@ def path_infos(paths: Iterable[str]) -> dict[str, PathInfo]:
     return {info.path: info for info in parse_path_infos(raw) if info.valid}
 
 
+class BuiltByNix(msgspec.Struct, frozen=True, rename="camel"):
+    """One entry of `nix build --json`: the build's times in whole seconds (2.12 to 2.26; 2.34 and 2.8 print
+    none) and its CPU time in seconds when Nix ran it in a cgroup (`use-cgroups`, from 2.12)."""
+
+    drv_path: str
+    start_time: int | None = None
+    stop_time: int | None = None
+    cpu_user: float | None = None
+    cpu_system: float | None = None
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        if self.cpu_user is None or self.cpu_system is None:
+            return None
+        return self.cpu_user + self.cpu_system
+
+
+def parse_build_json(raw: bytes) -> dict[str, BuiltByNix]:
+    """What `nix build --json` printed, by derivation path; nothing when it printed something else."""
+    try:
+        return {entry.drv_path: entry for entry in msgspec.json.decode(raw, type=list[BuiltByNix])}
+    except msgspec.DecodeError:
+        return {}
+
+
 def build_outputs(drv: Derivation) -> list[BuildOutput]:
     """The outputs of `drv` that are valid in the store now, by output name, with NAR hash and size."""
     infos = path_infos(drv.outputs.values())
