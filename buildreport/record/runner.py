@@ -32,7 +32,7 @@ import msgspec
 from buildreport.models import BuildOutput, BuildRecord
 from buildreport.record import nix, records
 from buildreport.record.fit import fit
-from buildreport.record.handshake import HandshakeReader
+from buildreport.record.handshake import HandshakeReader, version_text
 from buildreport.record.protocol import (
     BuildRequest,
     BuildResult,
@@ -126,7 +126,7 @@ class Session:
         offset = exc.offset if isinstance(exc, ProtocolError) else None
         where = f"{stream} stream byte {offset}" if offset is not None else f"{stream} stream"
         self._stop_recording(
-            f"decoding failed: protocol {'?' if version is None else f'{version >> 8}.{version & 0xFF}'}, "
+            f"decoding failed: protocol {'?' if version is None else version_text(version)}, "
             f"{operation}, {where}: {exc}; the session is relayed unchanged, not recorded"
         )
 
