@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint clean deps wheel-smoke
+.PHONY: demo test lint clean deps wheel-smoke nix-chroots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +26,17 @@ demo: $(RUN_STAMP)
 # Debian packages beside Python: chromium for the browser tests, postgresql for the PostgreSQL tests (the suite
 # starts its own cluster), systemd for systemd-analyze (the unit tests), wrk for the benchmark (apt-get when root).
 deps:
-	sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd wrk
+	sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd wrk debootstrap
+
+# Nix 2.26 (Debian trixie) and 2.34 (sid) for the recorder tests, each in a chroot kept in
+# /var/cache/buildreport-nix (BUILDREPORT_NIX_CACHE) and made again only when missing or broken (needs root).
+# Elsewhere than CI a machine that cannot make them runs the tests of the host's Nix only.
+nix-chroots:
+	@sh .ci/nix_chroot.sh trixie sid || [ "$$CI" != true ]
 
 test: $(STAMP)
-	@sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd
+	@sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd debootstrap
+	@$(MAKE) --no-print-directory nix-chroots
 	$(BIN)/ruff check buildreport tests
 	$(BIN)/python -m pytest
 

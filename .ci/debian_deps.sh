@@ -1,7 +1,7 @@
 #!/usr/bin/env sh
 # Install the Debian packages named as arguments whose command is missing (chromium for the browser tests,
-# nix-bin and openssh-server for the recorder tests, systemd for the unit tests (systemd-analyze verify), postgresql
-# for the PostgreSQL tests, wrk for the benchmark),
+# nix-bin, openssh-server and debootstrap (chroots with newer Nix) for the recorder tests, systemd for the unit
+# tests (systemd-analyze verify), postgresql for the PostgreSQL tests, wrk for the benchmark),
 # with apt-get when run as root; otherwise say what to install and go on.
 missing=""
 for package in "$@"; do
@@ -9,6 +9,7 @@ for package in "$@"; do
         nix-bin) command=nix-build ;;
         openssh-server) command=/usr/sbin/sshd ;;
         systemd) command=systemd-analyze ;;
+        debootstrap) command=/usr/sbin/debootstrap ;;
         # Debian keeps the server's programs off PATH, in a folder per major version.
         postgresql) command=$(ls /usr/lib/postgresql/*/bin/postgres 2>/dev/null | tail -n 1) ;;
         *) command=$package ;;

@@ -860,3 +860,7 @@ def runner(check_only: bool, **kwargs: object) -> None:
 from buildreport.export import export_command  # noqa: E402 (a command of its own module)
 
 main.add_command(export_command)
+
+from buildreport.cli_collect import collect_command  # noqa: E402 (a command of its own module)
+
+main.add_command(collect_command)

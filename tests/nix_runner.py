@@ -74,7 +74,12 @@ class Runner:
     """sshd + `buildreport runner` + a Nix client, all under `root`."""
 
     def __init__(
-        self, root: Path, runner_args: list[str], tags: dict[str, str] | None = None, sink: list[str] | None = None
+        self,
+        root: Path,
+        runner_args: list[str],
+        tags: dict[str, str] | None = None,
+        sink: list[str] | None = None,
+        runner_env: dict[str, str] | None = None,
     ) -> None:
         self.root = root
         self.spool = root / "spool"
@@ -93,6 +98,7 @@ class Runner:
             [
                 "env",
                 f"NIX_CONF_DIR={self.runner_conf}",
+                *(f"{name}={value}" for name, value in (runner_env or {}).items()),
                 *buildreport_command(),
                 "runner",
                 *(sink or ["--spool", str(self.spool)]),

@@ -1,7 +1,9 @@
-"""The worker-protocol decoders, on bytes captured from a real ssh-ng session with Nix 2.8."""
+"""The worker-protocol decoders, on bytes captured from a real ssh-ng session with Nix 2.8 and on the
+bytes Nix's own serialisers write for each protocol version (tests/data/nix_worker_protocol)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,20 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from buildreport.record.protocol import (
+    FEATURE_REALISATION_WITH_PATH,
     STDERR_ERROR,
     STDERR_LAST,
+    STDERR_NEXT,
     BuildRequest,
     BuildResult,
+    BuildResultStatus,
     ClientScanner,
     DaemonError,
     ProtocolError,
     ReplyDecoder,
     ReplyEvents,
-    daemon_version,
-    negotiated_minor,
 )
 
 DATA = Path(__file__).parent / "data" / "nix_session"
+NIX_DATA = Path(__file__).parent / "data" / "nix_worker_protocol"
 # In these captures the answer to wopBuildDerivation starts after the handshake and the answers to
 # wopQueryValidPaths and wopAddMultipleToStore: magic, version, "2.8.0", and three STDERR_LAST.
 REPLY_OFFSET = 64
@@ -187,14 +191,6 @@ def test_reply_with_an_unknown_message_is_a_protocol_error() -> None:
         ReplyDecoder(34, Recorded()).feed(u64(0x1234))
 
 
-def test_daemon_version_and_negotiated_minor() -> None:
-    hello = (DATA / "ok.daemon").read_bytes()[:16]
-    assert daemon_version(hello) == 0x122
-    assert negotiated_minor(0x11D, 0x122) == 29
-    with pytest.raises(ProtocolError):
-        daemon_version(b"\0" * 16)
-
-
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=50))
 def test_reply_decoder_gives_the_same_events_however_the_answer_is_cut(cuts: list[int]) -> None:
@@ -209,3 +205,91 @@ def test_reply_decoder_gives_the_same_events_however_the_answer_is_cut(cuts: lis
         decoder.feed(data[at : at + size])
         at, i = at + size, i + 1
     assert (pieces.started, pieces.lines, pieces.results) == (whole.started, whole.lines, whole.results)
+
+
+def nix_build_results(name: str, minor: int, features: frozenset[str] = frozenset()) -> list[BuildResult]:
+    """Every BuildResult in one of Nix's data files, read as the answer to a wopBuildDerivation."""
+    data = (NIX_DATA / f"{name}.bin").read_bytes()
+    results: list[BuildResult] = []
+    while data:
+        events = Recorded()
+        decoder = ReplyDecoder(minor, events, features=features)
+        left = decoder.feed(u64(STDERR_LAST) + data)
+        assert decoder.done
+        [result] = events.results
+        assert isinstance(result, BuildResult)
+        results.append(result)
+        data = data[len(data) - left :] if left else b""
+    return results
+
+
+def expected_results(name: str) -> list[dict[str, object]]:
+    return json.loads((NIX_DATA / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("name", "minor"),
+    [("build-result-1.27", 27), ("build-result-1.28", 28), ("build-result-1.29", 29), ("build-result-1.37", 37)],
+)
+def test_build_results_of_each_protocol_version_decode_as_nix_describes_them(name: str, minor: int) -> None:
+    results = nix_build_results(name, minor)
+    expected = expected_results(name)
+    assert len(results) == len(expected) == 3
+    for result, want in zip(results, expected, strict=True):
+        assert BuildResultStatus(result.status).name == want["status"]
+        assert result.error_msg == want.get("errorMsg", "")
+        if minor >= 29:
+            assert (result.times_built, result.start_time, result.stop_time) == (
+                want["timesBuilt"],
+                want["startTime"],
+                want["stopTime"],
+            )
+            assert result.is_non_deterministic == want.get("isNonDeterministic", False)
+        else:
+            assert result.start_time is None and result.times_built is None
+        outputs = want.get("builtOutputs", {}) if minor >= 28 else {}
+        assert result.built_outputs == {k: f"/nix/store/{v['outPath']}" for k, v in outputs.items()}
+        assert (result.cpu_user_us, result.cpu_system_us) == (want.get("cpuUser"), want.get("cpuSystem"))
+
+
+def test_build_result_from_1_37_gives_the_builds_own_cpu_time() -> None:
+    *_, built = nix_build_results("build-result-1.37", 37)
+    assert (built.cpu_user_us, built.cpu_system_us) == (500_000_000, 604_000_000)
+    assert built.cpu_seconds == pytest.approx(1104.0)
+    assert sorted(built.built_outputs) == ["bar", "foo"]
+
+
+def test_build_results_of_1_37_read_as_an_older_version_do_not_decode() -> None:
+    # What a decoder that ignores the CPU fields meets: an optional tag taken for the output count.
+    with pytest.raises(ProtocolError):
+        nix_build_results("build-result-1.37", 29)
+
+
+def test_build_results_with_the_feature_realisation_with_path_name_their_outputs() -> None:
+    name = "build-result-realisation-with-path-not-hash"
+    results = nix_build_results(name, 38, frozenset({FEATURE_REALISATION_WITH_PATH}))
+    for result, want in zip(results, expected_results(name), strict=True):
+        outputs = want.get("builtOutputs", {})
+        assert result.built_outputs == {k: f"/nix/store/{v['outPath']}" for k, v in outputs.items()}
+        assert (result.cpu_user_us, result.cpu_system_us) == (want.get("cpuUser"), want.get("cpuSystem"))
+
+
+def test_build_results_written_for_older_clients_by_newer_nix_decode() -> None:
+    results = nix_build_results("build-result-1.29-compat", 29)
+    assert [BuildResultStatus(r.status).name for r in results] == [
+        w["status"] for w in expected_results("build-result-1.29-compat")
+    ]
+    assert sorted(results[-1].built_outputs) == ["bar", "foo"]
+
+
+def test_a_cpu_time_with_a_bad_optional_tag_fails_at_its_offset() -> None:
+    body = u64(0) + string("") + u64(1) + u64(0) + u64(10) + u64(20) + u64(7)
+    with pytest.raises(ProtocolError, match="bad optional tag 7") as caught:
+        ReplyDecoder(37, Recorded(), base=1000).feed(u64(STDERR_LAST) + body)
+    assert caught.value.offset == 1000 + 8 + len(body) - 8
+
+
+def test_an_unknown_message_fails_at_its_offset_in_the_stream() -> None:
+    with pytest.raises(ProtocolError) as caught:
+        ReplyDecoder(34, Recorded(), base=64).feed(u64(STDERR_NEXT) + string("hi") + u64(0x1234))
+    assert caught.value.offset == 64 + 8 + 16

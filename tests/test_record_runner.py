@@ -293,9 +293,11 @@ def test_runner_records_a_daemon_that_dies_as_internal_error_and_links_the_rebui
 # --- the relay, without Nix: a stand-in daemon that echoes what it gets ---------------------------
 
 
-def run_relay(tmp_path: Path, payload: bytes, spool: Path) -> tuple[subprocess.CompletedProcess[bytes], str]:
+def run_relay(
+    tmp_path: Path, payload: bytes, spool: Path, daemon: str = "exec cat"
+) -> tuple[subprocess.CompletedProcess[bytes], str]:
     echo = tmp_path / "echo-daemon"
-    echo.write_text("#!/bin/sh\nexec cat\n")
+    echo.write_text(f"#!/bin/sh\n{daemon}\n")
     echo.chmod(0o755)
     state = tmp_path / "state"
     proc = subprocess.run(
@@ -324,7 +326,9 @@ def test_relay_passes_every_byte_both_ways_when_the_stream_is_not_the_protocol(t
     proc, log = run_relay(tmp_path, payload, tmp_path / "spool")
     assert proc.returncode == 0
     assert proc.stdout == payload
-    assert "recording off for this session" in log
+    [line] = [line for line in log.splitlines() if "recording off" in line]
+    assert "decoding failed: protocol ?, the handshake, client stream byte 0: " in line
+    assert "the client did not open with the worker magic" in line
     assert not list((tmp_path / "spool").glob("*.jsonl"))
 
 
@@ -337,7 +341,47 @@ def test_relay_passes_a_real_session_unchanged_even_when_the_spool_cannot_be_wri
     proc, log = run_relay(tmp_path, client, spool)
     assert proc.returncode == 0
     assert proc.stdout == client
-    assert "recording off for this session" in log
+    [line] = [line for line in log.splitlines() if "recording off" in line]
+    # The whole request arrives before the stand-in answers at all: no real client does that.
+    assert "decoding failed: protocol ?, the handshake, client stream: a build before the handshake" in line
+
+
+# A daemon of a protocol newer than any the runner knows (1.40): its hello, then it echoes the client.
+NEWER_DAEMON = "head -c 16 >/dev/null; printf 'oixd\\0\\0\\0\\0\\050\\001\\0\\0\\0\\0\\0\\0'; exec cat"
+
+
+def test_a_session_of_a_newer_protocol_is_relayed_and_the_log_names_what_was_not_recorded(tmp_path: Path) -> None:
+    daemon = tmp_path / "newer-daemon"
+    daemon.write_text(f"#!/bin/sh\n{NEWER_DAEMON}\n")
+    daemon.chmod(0o755)
+    state = tmp_path / "state"
+    client = (DATA / "ok.client").read_bytes()
+    client = client[:8] + (0x128).to_bytes(8, "little") + client[16:]  # the client speaks 1.40 too
+    command = [*buildreport_command(), "runner", "--spool", str(tmp_path / "spool"), "--state-dir", str(state)]
+    proc = subprocess.Popen(
+        [*command, "--nix-daemon", str(daemon), "--no-cgroup"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "SSH_ORIGINAL_COMMAND": "nix-daemon --stdio"},
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(client[:16])  # as a real client: its hello, then the rest once the daemon answered
+        proc.stdin.flush()
+        assert proc.stdout.read(16)[8:] == (0x128).to_bytes(8, "little")
+        proc.stdin.write(client[16:])
+        proc.stdin.close()
+        assert proc.stdout.read() == client[16:]
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    log = (state / "runner.log").read_text()
+    assert "protocol 1.40, client 1.40, daemon 1.40: protocol 1.40 is not one this runner decodes" in log
+    [line] = [line for line in log.splitlines() if "not recorded: a build of" in line]
+    assert "-ok-test.drv (protocol 1.40 is not one this runner decodes" in line
+    assert not list((tmp_path / "spool").glob("*.jsonl"))
 
 
 def test_runner_refuses_a_session_that_asks_for_another_command(tmp_path: Path) -> None:
@@ -513,3 +557,41 @@ def test_a_session_of_two_builds_records_each_with_its_own_times_and_cpu(tmp_pat
     assert fail["peak_memory_use_kilobytes"] is None and ok["peak_memory_use_kilobytes"] is None
     assert fail["tags"] == {"job": "7"} and ok["tags"] == {"job": "7", "drvtag": "yes"}
     assert fail["source_id"] != ok["source_id"]
+
+
+def one_build(tmp_path: Path, result: BuildResult, meter: tuple[float, float], seconds: float) -> dict[str, Any]:
+    """The final record of a session of one `ok` build that took `seconds`, the meter reading `meter`."""
+    config = RunnerConfig(
+        sink=SpoolSink(tmp_path / "spool"), state_dir=tmp_path / "state", cpu_count=2, allocated_megabytes=512
+    )
+    session = Session(config, {})
+    session.cpu = cpu = FixedCpu()
+    [request] = scan_requests("ok")
+    t0 = session.started
+    cpu.seconds = meter[0]
+    session._handle(t0, "request", request)
+    session._handle(t0, "started", request.drv_path)
+    cpu.seconds = meter[1]
+    session._handle(t0 + seconds, "finished", result)
+    session._flush_held()
+    *_, final = [json.loads(p.read_text()) for p in sorted((tmp_path / "spool").glob("*.jsonl"))]
+    return final
+
+
+def test_the_cpu_time_nix_sends_is_the_builds_cpu_seconds(tmp_path: Path) -> None:
+    result = BuildResult(BuildResultStatus.Built, "", 1, False, 0, 4, {}, cpu_user_us=2_600_000, cpu_system_us=900_000)
+    final = one_build(tmp_path, result, meter=(10.0, 20.0), seconds=4)
+    assert final["cpu_seconds"] == 4  # 3.5 s of the build's own, not the 10 s the session's meter saw
+    assert final["average_cpu_utilization"] == pytest.approx(4 / (4 * 2))
+
+
+def test_without_nixs_cpu_time_the_sessions_meter_is_used(tmp_path: Path) -> None:
+    final = one_build(tmp_path, BuildResult(BuildResultStatus.Built, ""), meter=(1.0, 4.0), seconds=3)
+    assert final["cpu_seconds"] == 3 and final["average_cpu_utilization"] == pytest.approx(3 / (3 * 2))
+
+
+def test_cpu_seconds_and_utilization_come_from_the_same_whole_seconds(tmp_path: Path) -> None:
+    # 0.4 s of CPU in 2 s on 2 CPUs: recorded as 0 s, so the share is 0 too, never 0.1 beside 0 s.
+    result = BuildResult(BuildResultStatus.Built, "", cpu_user_us=300_000, cpu_system_us=100_000)
+    final = one_build(tmp_path, result, meter=(0.0, 0.4), seconds=2)
+    assert final["cpu_seconds"] == 0 and final["average_cpu_utilization"] == 0

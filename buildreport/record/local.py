@@ -29,24 +29,29 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from buildreport.models import BuildRecord, BuildStatus
+from buildreport.models import BuildOutput, BuildRecord, BuildStatus
 from buildreport.record import nix
+from buildreport.record.command import StdoutCopy, UsageError, nix_command_line, reads_build_json, verbosity
+from buildreport.record.process import (
+    Usage,
+    hwm_kb,
+    memory_megabytes,
+    nix_peak_bound,
+    reaped_cpu_seconds,
+    single_user,
+)
 from buildreport.record.records import RecordInvalid, make_record, new_invocation, source_id, utc
 
 Sink = Callable[[list[BuildRecord]], None]  # writes the records of one call all together, or raises
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+STDOUT = 1  # the descriptor Nix would write to without the recorder (whatever sys.stdout is in Python)
 LOG_TAIL_LINES = 10_000  # kept from the event stream for a build whose log Nix did not store
 # A record's log is the end of a longer one: a record must fit in one request to the service (16 MiB).
 LOG_MAX_BYTES = 2 * 1024 * 1024
 # CPU time is counted in clock ticks (10 ms): over a shorter build the ratio says nothing.
 MIN_UTILIZATION_SECONDS = 0.1
 NIX_MEMORY_SAMPLE_SECONDS = 0.02  # how often Nix's own peak memory is read while it runs
-DEFAULT_VERBOSITY = 3  # Nix's `info`: what it prints without -v or --quiet
-
-
-class UsageError(Exception):
-    """The command cannot be recorded as given; the message says why."""
 
 
 @dataclass
@@ -60,99 +65,6 @@ class LocalBuild:
     drv: nix.Derivation | None = None
     progress_end: float | None = None
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
-
-
-@dataclass
-class Usage:
-    """What the kernel says the Nix process and the children it reaped used."""
-
-    children_cpu_seconds: float | None
-    maxrss_kb: int
-    nix_hwm_kb: int | None
-
-
-def nix_command_line(command: Sequence[str]) -> tuple[list[str], str]:
-    """The command with internal-json logging asked for, and its kind (`nix-build` or `nix build`)."""
-    if not command:
-        raise UsageError("give the Nix command to run after --, e.g. buildreport record -- nix-build default.nix")
-    program = os.path.basename(command[0])
-    if program == "nix-build":
-        head, rest, kind = [command[0]], list(command[1:]), "nix-build"
-    elif program == "nix" and len(command) > 1 and command[1] == "build":
-        head, rest, kind = [command[0], "build"], list(command[2:]), "nix build"
-    else:
-        raise UsageError(f"buildreport record wraps nix-build or nix build, not {' '.join(command[:2])!r}")
-    kept: list[str] = []
-    skip = False
-    for arg in rest:  # the recorder reads internal-json: a --log-format of the user's own would hide the events
-        if skip:
-            skip = False
-        elif arg == "--log-format":
-            skip = True
-        elif not arg.startswith("--log-format="):
-            kept.append(arg)
-    # Appended: `nix build` takes --log-format only after its other flags (-L before it turns it off again);
-    # before a `--`, after which every word is an argument.
-    at = kept.index("--") if "--" in kept else len(kept)
-    return [*head, *kept[:at], "--log-format", "internal-json", "-v", *kept[at:]], kind
-
-
-def verbosity(command: Sequence[str]) -> int:
-    """The level up to which Nix would print messages for this command (3 plus each -v, minus --quiet)."""
-    level = DEFAULT_VERBOSITY
-    for arg in command[1:]:
-        if arg == "--":
-            break
-        if arg == "--verbose":
-            level += 1
-        elif arg == "--quiet":
-            level -= 1
-        elif arg.startswith("-") and not arg.startswith("--") and set(arg[1:]) == {"v"}:
-            level += len(arg) - 1
-    return level
-
-
-def single_user(command: Sequence[str], env: Mapping[str, str]) -> bool:
-    """Whether Nix builds in this process tree (no daemon), so that its reaped children are the builders."""
-    if env.get("NIX_REMOTE", "") not in ("", "local") or any(
-        a == "--store" or a.startswith("--store=") for a in command
-    ):
-        return False
-    state = env.get("NIX_STATE_DIR") or "/nix/var/nix"
-    return os.access(os.path.join(state, "db"), os.W_OK)
-
-
-def _memory_megabytes() -> int:
-    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as handle:
-        for line in handle:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) // 1024
-    return 0
-
-
-def nix_peak_bound(nix_hwm_kb: int) -> int:
-    """The largest peak that may still be Nix's own: its peak as last seen, plus what it may add while exiting.
-
-    A builder is forked from Nix, so until it execs it counts Nix's resident pages as its own: the run's
-    peak is a builder's only when it is clearly larger than Nix.
-    """
-    return nix_hwm_kb + nix_hwm_kb // 4 + 8192
-
-
-def reaped_cpu_seconds(pid: int) -> float | None:
-    """CPU time of the children process `pid` has reaped (cutime + cstime), also while it is a zombie."""
-    with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
-    return None
-
-
-def _hwm_kb(pid: int) -> int | None:
-    with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return None
 
 
 class Recorder:
@@ -176,7 +88,7 @@ class Recorder:
         # Tags of the caller: its SERVICE_TAG_* variables, then --tag; a derivation's own attributes come last.
         self.tags = {**nix.tags_from_env(self.env), **(tags or {})}
         self.cpu_count = cpu_count or os.cpu_count() or 1
-        self.allocated_megabytes = _memory_megabytes() if allocated_megabytes is None else allocated_megabytes
+        self.allocated_megabytes = memory_megabytes() if allocated_megabytes is None else allocated_megabytes
         self.terminal = terminal if terminal is not None else sys.stderr.buffer
         self.color = self.terminal.isatty() and not self.env.get("NO_COLOR")
         self.warn = warn or (lambda text: sys.stderr.write(f"buildreport: {text}\n"))
@@ -187,6 +99,8 @@ class Recorder:
         self.activity_types: dict[int, int] = {}
         self.progress: dict[int, int] = {}
         self.findings: list[nix.ErrorFinding] = []
+        self.built_by_nix: dict[str, nix.BuiltByNix] = {}  # what `nix build --json` said, by derivation
+        self.valid: dict[int, bool] = {}  # by activity: whether all of a build's outputs are in the store
         self.errors: list[str] = []
         self.signalled: int | None = None
         self.signal_time: float | None = None
@@ -206,10 +120,13 @@ class Recorder:
         worker.start()
         self.create_time = time.time()
         try:
-            self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE, env=self.env)
+            copy_json = reads_build_json(self.argv, self.kind, os.isatty(STDOUT))
+            stdout = subprocess.PIPE if copy_json else None
+            self.proc = subprocess.Popen(self.argv, stdout=stdout, stderr=subprocess.PIPE, env=self.env)
         except OSError as exc:
             self._jobs.put(None)
             raise UsageError(f"cannot run {self.argv[0]}: {exc.strerror or exc}") from exc
+        stdout_copy = StdoutCopy(self.proc.stdout, STDOUT) if self.proc.stdout is not None else None
         previous = {sig: signal.signal(sig, self._forward) for sig in FORWARDED_SIGNALS}
         exited = threading.Event()
         watcher = threading.Thread(target=self._watch_nix_memory, args=(exited,), name="buildreport-hwm", daemon=True)
@@ -227,6 +144,8 @@ class Recorder:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         exit_time = time.time()
+        if stdout_copy is not None:
+            self.built_by_nix = nix.parse_build_json(stdout_copy.text())
         self._jobs.put(None)
         worker.join()
         self._finish(usage, exit_time)
@@ -315,7 +234,7 @@ class Recorder:
 
     def _sample_nix_memory(self) -> None:
         """Nix's own peak so far; a larger peak of the whole invocation can then only be a builder's."""
-        if self.proc is not None and (hwm := _hwm_kb(self.proc.pid)) is not None:
+        if self.proc is not None and (hwm := hwm_kb(self.proc.pid)) is not None:
             with self._hwm_lock:
                 self.nix_hwm_kb = max(hwm, self.nix_hwm_kb or 0)
 
@@ -429,15 +348,27 @@ class Recorder:
         if interrupt is not None or self.signalled is not None:
             message = interrupt.message if interrupt else f"interrupted by {signal.Signals(self.signalled or 2).name}"
             return BuildStatus.cancelled, message
+        if (timeout := self._unnamed_timeout()) is not None:
+            return BuildStatus.timeout, f"building of '{build.drv_path}' {timeout}"
         assert self.proc is not None
         # An error about no derivation in particular may be this one's; one naming another build is not.
         for error in reversed(self.errors):
-            text = nix.strip_ansi(error).strip()
-            if text and (build.drv_path in text or ".drv" not in text):
-                return BuildStatus.build_failed, text.splitlines()[0]
+            text = nix.message_line(error)
+            if text and (build.drv_path in nix.strip_ansi(error) or ".drv" not in text):
+                return BuildStatus.build_failed, text
         code = self.proc.returncode
         ended = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
         return BuildStatus.build_failed, f"its outputs are missing after Nix {ended}"
+
+    def _unnamed_timeout(self) -> str | None:
+        """`timed out after N seconds` when Nix said so without naming the derivation (2.34) and there are as
+        many such messages as builds left without outputs or a message of their own: each is one of those."""
+        unnamed = [f.message for f in self.findings if f.status == BuildStatus.timeout and f.drv_path is None]
+        named = {f.drv_path for f in self.findings}
+        unexplained = [a for a, ok in self.valid.items() if not ok and self.builds[a].drv_path not in named]
+        if not unnamed or len(unnamed) != len(unexplained):
+            return None
+        return unnamed[0] if len(set(unnamed)) == 1 else "timed out"
 
     def _end(self, build: LocalBuild, status: BuildStatus, exit_time: float) -> float:
         """The end of a build: its stored log's last write, else the progress event, else Nix's exit.
@@ -455,14 +386,20 @@ class Recorder:
     def _finish(self, usage: Usage, exit_time: float) -> None:
         builds = list(self.builds.values())
         cpu = self._cpu_per_build(builds, usage)
+        for build in builds:  # the build's own CPU time, from Nix (`nix build --json` of a build in a cgroup)
+            said = self.built_by_nix.get(build.drv_path)
+            if said is not None and said.cpu_seconds is not None:
+                cpu[build.activity] = said.cpu_seconds
         alone = len(builds) == 1 and builds[0].activity in cpu
         peak = None
         if alone and usage.nix_hwm_kb is not None and usage.maxrss_kb > nix_peak_bound(usage.nix_hwm_kb):
             peak = usage.maxrss_kb  # far larger than Nix itself was: the builder's
+        # Every build's outputs first: a time-out message naming no build is placed among those left without.
+        outputs = {b.activity: self._outputs(b) for b in builds}
         records: list[BuildRecord] = []
         for build in builds:
             try:
-                record = self._finish_build(build, exit_time, cpu.get(build.activity), peak)
+                record = self._finish_build(build, outputs[build.activity], exit_time, cpu.get(build.activity), peak)
             except Exception as exc:
                 self.warn(f"cannot record {build.drv_path}: {exc!r}")
                 continue
@@ -483,18 +420,25 @@ class Recorder:
         marks = [b.cpu_at_start or 0.0 for b in builds] + [usage.children_cpu_seconds]
         return {b.activity: max(0.0, marks[i + 1] - marks[i]) for i, b in enumerate(builds)}
 
+    def _outputs(self, build: LocalBuild) -> list[BuildOutput]:
+        """The outputs `build` left valid in the store (noting in `valid` whether they are all there)."""
+        drv = self._derivation(build)
+        outputs: list[BuildOutput] = []
+        if drv is not None:
+            try:
+                outputs = nix.build_outputs(drv)
+            except nix.NixError as exc:
+                self.warn(f"outputs of {build.drv_path}: {exc}")
+            self.valid[build.activity] = nix.outputs_valid(drv, outputs)
+        return outputs
+
     def _finish_build(
-        self, build: LocalBuild, exit_time: float, cpu: float | None, peak: int | None
+        self, build: LocalBuild, outputs: list[BuildOutput], exit_time: float, cpu: float | None, peak: int | None
     ) -> BuildRecord | None:
         drv = self._derivation(build)
         if drv is None:
             return None
-        try:
-            outputs = nix.build_outputs(drv)
-        except nix.NixError as exc:
-            self.warn(f"outputs of {build.drv_path}: {exc}")
-            outputs = []
-        status, message = self._status(build, drv, nix.outputs_valid(drv, outputs))
+        status, message = self._status(build, drv, self.valid.get(build.activity, False))
         end = self._end(build, status, exit_time)
         duration = max(0.0, end - build.start)
         log = nix.read_build_log(build.drv_path)

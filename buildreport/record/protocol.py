@@ -11,8 +11,8 @@ the two decoders here. They never touch the relayed bytes and never block: they 
   log lines, errors) and then the BuildResult.
 
 Every integer is a little-endian uint64; a string is its length then its bytes, zero-padded to 8.
-Field order follows Nix's src/libstore/daemon.cc, derivations.cc and worker-protocol.hh (protocol
-1.34, Nix 2.8) and was checked against bytes captured from a real session (tests/data/).
+Field order follows Nix's daemon.cc, derivations.cc and worker-protocol.cc for protocols 1.34 (Nix 2.8)
+to 1.38 (Nix 2.26 to 2.34), checked against real sessions and Nix's own test data (tests/data/).
 Anything malformed raises `ProtocolError`; the runner then stops recording that session, never relaying.
 """
 
@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 WORKER_MAGIC_1 = 0x6E697863
 WORKER_MAGIC_2 = 0x6478696F
 OP_BUILD_DERIVATION = 36
+# A negotiated protocol feature (from 1.38) that changes how a BuildResult names its outputs.
+FEATURE_REALISATION_WITH_PATH = "realisation-with-path-not-hash"
 
 STDERR_NEXT = 0x6F6C6D67
 STDERR_READ = 0x64617461
@@ -48,7 +50,14 @@ MAX_DERIVATION_BYTES = 256 * 1024 * 1024
 
 
 class ProtocolError(ValueError):
-    """The bytes do not follow the worker protocol as this decoder knows it."""
+    """The bytes do not follow the worker protocol as this decoder knows it.
+
+    `offset` is where in its stream the value that failed began, when the decoder knows it.
+    """
+
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
 
 
 class BuildResultStatus(enum.IntEnum):
@@ -104,6 +113,15 @@ class BuildResult:
     start_time: int | None = None  # Unix seconds, from protocol 1.29
     stop_time: int | None = None
     built_outputs: dict[str, str] = field(default_factory=dict)  # output name -> store path, from 1.28
+    cpu_user_us: int | None = None  # the build's own CPU time in microseconds, from 1.37, when Nix measured it
+    cpu_system_us: int | None = None
+
+    @property
+    def cpu_seconds(self) -> float | None:
+        """User and system CPU time of the build, when the daemon sent either."""
+        if self.cpu_user_us is None and self.cpu_system_us is None:
+            return None
+        return ((self.cpu_user_us or 0) + (self.cpu_system_us or 0)) / 1e6
 
 
 @dataclass(frozen=True)
@@ -118,13 +136,13 @@ class DaemonError:
 Need = Generator[int, bytes, object]
 
 
-def _u64() -> Generator[int, bytes, int]:
+def read_u64() -> Generator[int, bytes, int]:
     data = yield 8
     return int.from_bytes(data, "little")
 
 
-def _bytes(limit: int = MAX_STRING) -> Generator[int, bytes, bytes]:
-    size = yield from _u64()
+def read_bytes(limit: int = MAX_STRING) -> Generator[int, bytes, bytes]:
+    size = yield from read_u64()
     if size > limit:
         raise ProtocolError(f"string of {size} bytes is longer than {limit}")
     padded = (size + 7) & ~7
@@ -134,27 +152,32 @@ def _bytes(limit: int = MAX_STRING) -> Generator[int, bytes, bytes]:
     return data[:size]
 
 
-def _text(limit: int = MAX_STRING) -> Generator[int, bytes, str]:
-    data = yield from _bytes(limit)
+def read_text(limit: int = MAX_STRING) -> Generator[int, bytes, str]:
+    data = yield from read_bytes(limit)
     return data.decode("utf-8", errors="replace")
 
 
-def _count() -> Generator[int, bytes, int]:
-    count = yield from _u64()
+def read_count() -> Generator[int, bytes, int]:
+    count = yield from read_u64()
     if count > MAX_COUNT:
         raise ProtocolError(f"count {count} is larger than {MAX_COUNT}")
     return count
 
 
-class _Decoder:
-    """Feeds bytes to a generator that yields how many it needs next."""
+class Decoder:
+    """Feeds bytes to a generator that yields how many it needs next.
 
-    def __init__(self, gen: Generator[int, bytes, object]) -> None:
+    `base` is the offset in its stream of the first byte the generator reads: a ProtocolError leaves
+    with the offset of the value that failed.
+    """
+
+    def __init__(self, gen: Generator[int, bytes, object], base: int = 0) -> None:
         self._gen = gen
         self._buf = bytearray()
         self._pos = 0
         self.done = False
         self.value: object = None
+        self.base = base
         self.consumed = 0  # bytes taken by the generator so far
         self._need = self._advance(None)
 
@@ -165,6 +188,10 @@ class _Decoder:
             self.done = True
             self.value = stop.value
             return 0
+        except ProtocolError as exc:
+            if exc.offset is None:
+                exc.offset = self.base + self.consumed - (len(data) if data is not None else 0)
+            raise
 
     def feed(self, data: bytes) -> int:
         """Take bytes; the number of them left over once the generator finished (else 0)."""
@@ -200,35 +227,35 @@ def _store_path(text: str, store_dir: str, *, allow_empty: bool = False) -> str:
 
 def _derivation(store_dir: str) -> Generator[int, bytes, BuildRequest]:
     """wopBuildDerivation after its op code: drvPath, BasicDerivation, buildMode."""
-    drv_path = _store_path((yield from _text(MAX_PATH)), store_dir)
+    drv_path = _store_path((yield from read_text(MAX_PATH)), store_dir)
     if not drv_path.endswith(".drv"):
         raise ProtocolError(f"not a derivation path: {drv_path!r}")
     outputs = []
-    for _ in range((yield from _count())):
-        name = yield from _text(MAX_PATH)
-        path = _store_path((yield from _text(MAX_PATH)), store_dir, allow_empty=True)
-        hash_algo = yield from _text(MAX_PATH)
-        digest = yield from _text(MAX_PATH)
+    for _ in range((yield from read_count())):
+        name = yield from read_text(MAX_PATH)
+        path = _store_path((yield from read_text(MAX_PATH)), store_dir, allow_empty=True)
+        hash_algo = yield from read_text(MAX_PATH)
+        digest = yield from read_text(MAX_PATH)
         if not name:
             raise ProtocolError("derivation output without a name")
         outputs.append(DerivationOutput(name, path, hash_algo, digest))
     if not outputs:
         raise ProtocolError("derivation without outputs")
     input_srcs = []
-    for _ in range((yield from _count())):
-        input_srcs.append(_store_path((yield from _text(MAX_PATH)), store_dir))
-    platform = yield from _text(MAX_PATH)
+    for _ in range((yield from read_count())):
+        input_srcs.append(_store_path((yield from read_text(MAX_PATH)), store_dir))
+    platform = yield from read_text(MAX_PATH)
     if not platform or not platform.isprintable():
         raise ProtocolError(f"bad platform {platform[:60]!r}")
-    builder = yield from _text(MAX_PATH)
+    builder = yield from read_text(MAX_PATH)
     args = []
-    for _ in range((yield from _count())):
-        args.append((yield from _text()))
+    for _ in range((yield from read_count())):
+        args.append((yield from read_text()))
     env = {}
-    for _ in range((yield from _count())):
-        key = yield from _text()
-        env[key] = yield from _text()
-    build_mode = yield from _u64()
+    for _ in range((yield from read_count())):
+        key = yield from read_text()
+        env[key] = yield from read_text()
+    build_mode = yield from read_u64()
     if build_mode > 2:  # bmNormal, bmRepair, bmCheck
         raise ProtocolError(f"bad build mode {build_mode}")
     return BuildRequest(drv_path, tuple(outputs), tuple(input_srcs), platform, builder, tuple(args), env, build_mode)
@@ -252,7 +279,7 @@ class ClientScanner:
         self._pending = b""  # bytes not scanned yet: a possible op start cut by a chunk boundary
         self._handshake = b""
         self.client_version: int | None = None
-        self._decoder: _Decoder | None = None
+        self._decoder: Decoder | None = None
         self._decoded = b""  # bytes a running candidate has taken, rescanned if it turns out wrong
 
     def feed(self, data: bytes) -> None:
@@ -261,10 +288,10 @@ class ClientScanner:
             if len(self._handshake) < 16:
                 return
             if int.from_bytes(self._handshake[:8], "little") != WORKER_MAGIC_1:
-                raise ProtocolError("the client did not open with the worker magic")
+                raise ProtocolError("the client did not open with the worker magic", 0)
             self.client_version = int.from_bytes(self._handshake[8:16], "little")
             if self.client_version >> 8 != 1:
-                raise ProtocolError(f"unknown protocol version {self.client_version:#x}")
+                raise ProtocolError(f"unknown protocol version {self.client_version:#x}", 8)
             data, self._handshake = self._handshake[16:], b""
         while data:
             data = self._feed_candidate(data) if self._decoder is not None else self._scan(data)
@@ -278,7 +305,7 @@ class ClientScanner:
             self._pending = buf[-(15 + len(self._prefix)) :]
             return b""
         at = match.start()
-        self._decoder = _Decoder(_derivation(self._store_dir))
+        self._decoder = Decoder(_derivation(self._store_dir))
         self._decoded = b""
         return buf[at + 8 :]
 
@@ -325,12 +352,12 @@ class ReplyEvents:
 
 def _fields() -> Generator[int, bytes, list[int | str]]:
     values: list[int | str] = []
-    for _ in range((yield from _count())):
-        kind = yield from _u64()
+    for _ in range((yield from read_count())):
+        kind = yield from read_u64()
         if kind == 0:
-            values.append((yield from _u64()))
+            values.append((yield from read_u64()))
         elif kind == 1:
-            values.append((yield from _text()))
+            values.append((yield from read_text()))
         else:
             raise ProtocolError(f"unknown field type {kind}")
     return values
@@ -338,79 +365,110 @@ def _fields() -> Generator[int, bytes, list[int | str]]:
 
 def _error(minor: int) -> Generator[int, bytes, DaemonError]:
     if minor >= 26:
-        yield from _text()  # "Error"
-        yield from _u64()  # level
-        yield from _text()  # name
-        message = yield from _text()
-        yield from _u64()  # position: always 0 in these versions
-        for _ in range((yield from _count())):
-            yield from _u64()
-            yield from _text()
+        yield from read_text()  # "Error"
+        yield from read_u64()  # level
+        yield from read_text()  # name
+        message = yield from read_text()
+        yield from read_u64()  # position: always 0 in these versions
+        for _ in range((yield from read_count())):
+            yield from read_u64()
+            yield from read_text()
         return DaemonError(message)
-    message = yield from _text()
-    yield from _u64()  # exit status
+    message = yield from read_text()
+    yield from read_u64()  # exit status
     return DaemonError(message)
 
 
-def _build_result(minor: int, store_dir: str) -> Generator[int, bytes, BuildResult]:
-    status = yield from _u64()
+def _optional_micros() -> Generator[int, bytes, int | None]:
+    """std::optional<std::chrono::microseconds>: a tag (0 none, 1 some), then the value."""
+    tag = yield from read_u64()
+    if tag == 0:
+        return None
+    if tag != 1:
+        raise ProtocolError(f"bad optional tag {tag}")
+    value = yield from read_u64()
+    if value >= 1 << 63:
+        raise ProtocolError(f"negative duration {value - (1 << 64)}")
+    return value
+
+
+def _realisations(store_dir: str) -> Generator[int, bytes, dict[str, str]]:
+    """builtOutputs with the feature realisation-with-path-not-hash: output name -> (store path, signatures)."""
+    outputs: dict[str, str] = {}
+    for _ in range((yield from read_count())):
+        name = yield from read_text(MAX_PATH)
+        outputs[name] = _store_path((yield from read_text(MAX_PATH)), store_dir)
+        for _ in range((yield from read_count())):
+            yield from read_text()
+    return outputs
+
+
+def _build_result(minor: int, store_dir: str, features: frozenset[str]) -> Generator[int, bytes, BuildResult]:
+    status = yield from read_u64()
     if status > 64:
         raise ProtocolError(f"bad build status {status}")
-    error_msg = yield from _text()
-    times_built = non_det = start = stop = None
+    error_msg = yield from read_text()
+    times_built = non_det = start = stop = cpu_user = cpu_system = None
     if minor >= 29:
-        times_built = yield from _u64()
-        non_det = bool((yield from _u64()))
-        start = yield from _u64()
-        stop = yield from _u64()
+        times_built = yield from read_u64()
+        non_det = bool((yield from read_u64()))
+        start = yield from read_u64()
+        stop = yield from read_u64()
+    if minor >= 37:
+        cpu_user = yield from _optional_micros()
+        cpu_system = yield from _optional_micros()
     outputs: dict[str, str] = {}
-    if minor >= 28:
-        for _ in range((yield from _count())):
-            drv_output = yield from _text()  # "sha256:<hash>!<output name>"
-            realisation = yield from _text()
+    if FEATURE_REALISATION_WITH_PATH in features:
+        outputs = yield from _realisations(store_dir)
+    elif minor >= 28:
+        for _ in range((yield from read_count())):
+            drv_output = yield from read_text()  # "sha256:<hash>!<output name>"
+            realisation = yield from read_text()
             name = drv_output.rpartition("!")[2]
             try:
                 path = json.loads(realisation)["outPath"]
             except (ValueError, KeyError, TypeError) as exc:
                 raise ProtocolError(f"bad realisation {realisation[:120]!r}") from exc
             outputs[name] = path if path.startswith("/") else f"{store_dir}/{path}"
-    return BuildResult(status, error_msg, times_built, non_det, start, stop, outputs)
+    return BuildResult(status, error_msg, times_built, non_det, start, stop, outputs, cpu_user, cpu_system)
 
 
-def _reply(minor: int, events: ReplyEvents, store_dir: str) -> Generator[int, bytes, BuildResult | DaemonError]:
+def _reply(
+    minor: int, events: ReplyEvents, store_dir: str, features: frozenset[str]
+) -> Generator[int, bytes, BuildResult | DaemonError]:
     builds: set[int] = set()
     while True:
-        kind = yield from _u64()
+        kind = yield from read_u64()
         if kind == STDERR_NEXT:
-            events.message((yield from _text()))
+            events.message((yield from read_text()))
         elif kind == STDERR_START_ACTIVITY:
-            act_id = yield from _u64()
-            yield from _u64()  # level
-            act_type = yield from _u64()
-            yield from _text()
+            act_id = yield from read_u64()
+            yield from read_u64()  # level
+            act_type = yield from read_u64()
+            yield from read_text()
             values = yield from _fields()
-            yield from _u64()  # parent
+            yield from read_u64()  # parent
             if act_type == ACTIVITY_BUILD and values and isinstance(values[0], str):
                 builds.add(act_id)
                 events.build_started(values[0])
         elif kind == STDERR_STOP_ACTIVITY:
-            yield from _u64()
+            yield from read_u64()
         elif kind == STDERR_RESULT:
-            act_id = yield from _u64()
-            res_type = yield from _u64()
+            act_id = yield from read_u64()
+            res_type = yield from read_u64()
             values = yield from _fields()
             if res_type == RESULT_BUILD_LOG_LINE and act_id in builds and values and isinstance(values[0], str):
                 events.log_line(values[0])
         elif kind == STDERR_WRITE:
-            yield from _bytes()
+            yield from read_bytes()
         elif kind == STDERR_READ:
-            yield from _u64()
+            yield from read_u64()
         elif kind == STDERR_ERROR:
             error = yield from _error(minor)
             events.finished(error)
             return error
         elif kind == STDERR_LAST:
-            result = yield from _build_result(minor, store_dir)
+            result = yield from _build_result(minor, store_dir, features)
             events.finished(result)
             return result
         else:
@@ -420,8 +478,15 @@ def _reply(minor: int, events: ReplyEvents, store_dir: str) -> Generator[int, by
 class ReplyDecoder:
     """Decodes the daemon's answer to one wopBuildDerivation, reporting to `events` as bytes arrive."""
 
-    def __init__(self, minor: int, events: ReplyEvents, store_dir: str = "/nix/store") -> None:
-        self._decoder = _Decoder(_reply(minor, events, store_dir))
+    def __init__(
+        self,
+        minor: int,
+        events: ReplyEvents,
+        store_dir: str = "/nix/store",
+        features: frozenset[str] = frozenset(),
+        base: int = 0,
+    ) -> None:
+        self._decoder = Decoder(_reply(minor, events, store_dir, features), base)
 
     @property
     def done(self) -> bool:
@@ -430,14 +495,3 @@ class ReplyDecoder:
     def feed(self, data: bytes) -> int:
         """Take bytes of the daemon's stream; how many of them came after the answer ended."""
         return self._decoder.feed(data)
-
-
-def negotiated_minor(client_version: int, daemon_version: int) -> int:
-    return min(client_version & 0xFF, daemon_version & 0xFF)
-
-
-def daemon_version(hello: bytes) -> int:
-    """The daemon's protocol version from the first 16 bytes it sends."""
-    if len(hello) < 16 or int.from_bytes(hello[:8], "little") != WORKER_MAGIC_2:
-        raise ProtocolError("the daemon did not answer with the worker magic")
-    return int.from_bytes(hello[8:16], "little")

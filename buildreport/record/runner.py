@@ -21,7 +21,6 @@ import socket
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,25 +32,21 @@ import msgspec
 from buildreport.models import BuildOutput, BuildRecord
 from buildreport.record import nix, records
 from buildreport.record.fit import fit
+from buildreport.record.handshake import HandshakeReader, version_text
 from buildreport.record.protocol import (
     BuildRequest,
     BuildResult,
-    BuildResultStatus,
     ClientScanner,
     DaemonError,
     ProtocolError,
     ReplyDecoder,
-    ReplyEvents,
-    daemon_version,
-    negotiated_minor,
 )
 from buildreport.record.restarts import RestartState
+from buildreport.record.runner_build import Build, QueuedEvents, RunnerLog, status_of, wait4, write_all
 from buildreport.record.usage import CpuMeter, SessionCgroup, remove_stale
 
 DAEMON_COMMAND = "nix-daemon --stdio"
 CHUNK = 64 * 1024
-LOG_MAX_BYTES = 2 * 1024 * 1024  # the end of a longer log is kept
-MESSAGE_LINES = 10  # log lines in the status message of a failure without an error text
 HOLD_FINAL_SECONDS = 2.0
 CGROUP_PREFIX = "buildreport-runner-"
 DISCONNECT_MESSAGE = "ssh session closed: the client went away during the build"
@@ -83,82 +78,6 @@ def _utc(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 
 
-class RunnerLog:
-    """The runner's own notes: to a file in its state folder, never into the client's stream."""
-
-    def __init__(self, path: Path, session: str) -> None:
-        self.path = path
-        self.session = session
-
-    MAX_BYTES = 16 * 1024 * 1024  # then the log moves to runner.log.1 (replacing the one before)
-
-    def __call__(self, message: str) -> None:
-        line = f"{datetime.now(UTC).isoformat(timespec='milliseconds')} {self.session} {message}\n"
-        try:
-            with contextlib.suppress(FileNotFoundError):
-                if self.path.stat().st_size > self.MAX_BYTES:
-                    os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(line)
-        except OSError:
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.write(line)
-
-
-@dataclass
-class Build:
-    """One wopBuildDerivation of the session, from request to answer."""
-
-    index: int
-    request: BuildRequest
-    source_id: str
-    create_time: float
-    requested: float
-    restart_of: str | None = None
-    start: float | None = None
-    end: float | None = None
-    cpu_start: float | None = None
-    cpu_end: float | None = None
-    log: deque[str] = field(default_factory=deque)
-    log_bytes: int = 0
-    dropped_lines: int = 0
-    status: str | None = None
-    message: str | None = None
-    outputs: list[BuildOutput] = field(default_factory=list)
-    peak_memory_kb: int | None = None
-
-    def add_log(self, line: str) -> None:
-        self.log.append(line)
-        self.log_bytes += len(line) + 1
-        while self.log_bytes > LOG_MAX_BYTES and len(self.log) > 1:
-            self.log_bytes -= len(self.log.popleft()) + 1
-            self.dropped_lines += 1
-
-    def log_text(self) -> str | None:
-        if not self.log:
-            return None
-        head = [f"[{self.dropped_lines} earlier lines not kept]"] if self.dropped_lines else []
-        return "\n".join([*head, *self.log]) + "\n"
-
-
-def status_of(result: BuildResult | DaemonError, duration: float, timeout: int | None) -> str | None:
-    """The build_status of an answer; None when nothing was built (the outputs were there already)."""
-    if isinstance(result, DaemonError):
-        return "internal_error"
-    status = result.status
-    if status in (BuildResultStatus.Substituted, BuildResultStatus.AlreadyValid):
-        return None
-    if status == BuildResultStatus.ResolvesToAlreadyValid:
-        return None
-    if status == BuildResultStatus.Built:
-        return "built"
-    if status == BuildResultStatus.TimedOut or (timeout and duration >= timeout):
-        return "timeout"
-    if status == BuildResultStatus.MiscFailure:
-        return "internal_error"
-    return "build_failed"
-
-
 class Session:
     """One SSH session: the relay, the decoders and the recorder thread."""
 
@@ -176,7 +95,8 @@ class Session:
         self.lock = threading.Lock()
         self.recording = True
         self.scanner = ClientScanner(self._on_request, config.store_dir)
-        self.daemon_hello = b""
+        self.handshake = HandshakeReader()
+        self.unrecorded: str | None = None  # why the session's builds are relayed without being recorded
         self.daemon_total = 0
         self.reply: ReplyDecoder | None = None
         self.client_closed = False
@@ -194,22 +114,52 @@ class Session:
             self.log(f"recording off for this session: {why}")
             self.events.put((time.time(), "recording_off", why))
 
+    def _decoding_failed(self, stream: str, exc: Exception) -> None:
+        """One line: the version, the operation and the offset where decoding failed; the relay goes on."""
+        version = self.handshake.info.version
+        if not self.handshake.done:
+            operation = "the handshake"
+        elif stream == "daemon" and self.reply is not None:
+            operation = "the answer to wopBuildDerivation"
+        else:
+            operation = "wopBuildDerivation"
+        offset = exc.offset if isinstance(exc, ProtocolError) else None
+        where = f"{stream} stream byte {offset}" if offset is not None else f"{stream} stream"
+        self._stop_recording(
+            f"decoding failed: protocol {'?' if version is None else version_text(version)}, "
+            f"{operation}, {where}: {exc}; the session is relayed unchanged, not recorded"
+        )
+
+    def _follow_handshake(self, side: str, data: bytes) -> None:
+        handshake = self.handshake
+        if handshake.done:
+            return
+        known = handshake.versions_known
+        (handshake.feed_client if side == "client" else handshake.feed_daemon)(data)
+        reason = handshake.unsupported_reason
+        if not known and reason is not None:
+            self.unrecorded = reason
+            self._stop_recording(f"{handshake.info.describe()}: {reason}; builds are relayed unchanged, not recorded")
+        elif handshake.done:
+            self.log(f"negotiated {handshake.info.describe()}")
+
     def _tap_client(self, data: bytes) -> None:
-        if not self.recording:
+        # A session of a protocol the runner does not decode is still scanned, to name what was not recorded.
+        if not self.recording and self.unrecorded is None:
             return
         try:
+            self._follow_handshake("client", data)
             self.scanner.feed(data)
         except Exception as exc:  # a decoder must never take the relay down with it
-            self._stop_recording(f"client stream: {exc!r}")
+            if self.recording:
+                self._decoding_failed("client", exc)
+            self.unrecorded = None
 
     def _tap_daemon(self, data: bytes) -> None:
         if not self.recording:
             return
         try:
-            if len(self.daemon_hello) < 16:
-                self.daemon_hello += data[: 16 - len(self.daemon_hello)]
-                if len(self.daemon_hello) == 16:
-                    daemon_version(self.daemon_hello)
+            self._follow_handshake("daemon", data)
             with self.lock:
                 reply, start = self.reply, self.reply_start
                 end = self.daemon_total
@@ -217,18 +167,23 @@ class Session:
                 offset = max(0, start - (end - len(data)))
                 reply.feed(data[offset:])
         except Exception as exc:
-            self._stop_recording(f"daemon stream: {exc!r}")
+            self._decoding_failed("daemon", exc)
 
     def _on_request(self, request: BuildRequest) -> None:
         # Called on the client thread before the last bytes of the op reach the daemon: its answer
         # therefore starts exactly at the daemon bytes counted so far.
         now = time.time()
-        if self.scanner.client_version is None or len(self.daemon_hello) < 16:
+        if not self.recording:
+            self.log(f"not recorded: a build of {request.drv_path} ({self.unrecorded})")
+            return
+        if not self.handshake.done:
             raise ProtocolError("a build before the handshake")
-        minor = negotiated_minor(self.scanner.client_version, daemon_version(self.daemon_hello))
+        info = self.handshake.info
         with self.lock:
-            self.reply = ReplyDecoder(minor, _Events(self), self.config.store_dir)
             self.reply_start = self.daemon_total
+            self.reply = ReplyDecoder(
+                info.minor, QueuedEvents(self.events), self.config.store_dir, info.features, base=self.reply_start
+            )
         self.events.put((now, "request", request))
 
     def _pump_client(self, daemon_stdin: int) -> None:
@@ -241,7 +196,7 @@ class Session:
                 break
             self._tap_client(data)
             try:
-                _write_all(daemon_stdin, data)
+                write_all(daemon_stdin, data)
             except OSError:
                 break  # the daemon is gone; its exit is what the session reports
         self.client_closed = True
@@ -263,7 +218,7 @@ class Session:
             self._tap_daemon(data)
             if client_alive:
                 try:
-                    _write_all(self.stdout_fd, data)
+                    write_all(self.stdout_fd, data)
                 except OSError:
                     client_alive = False  # keep draining so the daemon never blocks on a full pipe
         with contextlib.suppress(OSError):
@@ -320,7 +275,7 @@ class Session:
         client.start()
         daemon = threading.Thread(target=self._pump_daemon, args=(out_r,), name="daemon", daemon=True)
         daemon.start()
-        _, wait_status, rusage = _wait4(pid)
+        _, wait_status, rusage = wait4(pid)
         daemon.join(timeout=30)
         code = os.waitstatus_to_exitcode(wait_status)
         self.events.put((time.time(), "daemon_exit", (code, rusage)))
@@ -401,10 +356,11 @@ class Session:
             return
         build.end = at
         build.cpu_end = self.cpu.read()
+        build.cpu_nix = result.cpu_seconds if isinstance(result, BuildResult) else None
         build.status = status or "built"
         if status != "built":
             text = result.message if isinstance(result, DaemonError) else result.error_msg
-            build.message = nix.strip_ansi(text).strip() or self._log_tail(build)
+            build.message = nix.strip_ansi(text).strip() or build.log_tail()
         else:
             build.message = None
         if status == "built":
@@ -432,7 +388,7 @@ class Session:
         build.end = at
         build.cpu_end = self.cpu.read()
         build.status = status
-        tail = self._log_tail(build)
+        tail = build.log_tail()
         build.message = f"{message}\n{tail}" if tail else message
         self._done(build)
 
@@ -466,21 +422,19 @@ class Session:
         if self.held is not build:  # already spooled: send it again, complete
             self._spool(build, final=True)
 
-    @staticmethod
-    def _log_tail(build: Build) -> str:
-        return "\n".join(list(build.log)[-MESSAGE_LINES:])
-
     def record(self, build: Build, *, final: bool) -> dict[str, Any]:
         """The build in the write format of `buildreport push` (an import record without account or id)."""
         config = self.config
         start = build.start if build.start is not None else build.requested
         duration = max(0.0, build.end - start) if final and build.end is not None else None
-        cpu = None
-        if final and build.cpu_start is not None and build.cpu_end is not None:
+        cpu = build.cpu_nix if final else None
+        if cpu is None and final and build.cpu_start is not None and build.cpu_end is not None:
             cpu = max(0.0, build.cpu_end - build.cpu_start)
+        # Both figures come from the whole seconds recorded, so a 0 beside a non-zero share cannot happen.
+        cpu_seconds = round(cpu) if cpu is not None else 0
         utilization = None
         if cpu is not None and duration:
-            utilization = round(cpu / (duration * config.cpu_count), 4)
+            utilization = round(cpu_seconds / (duration * config.cpu_count), 4)
         tags = {**self.session_tags, **nix.tags_from_env(build.request.env)}
         record: dict[str, Any] = {
             "source_id": build.source_id,
@@ -492,7 +446,7 @@ class Session:
             "status_message": build.message if final else None,
             "cpu_count": config.cpu_count,
             "allocated_megabytes": config.allocated_megabytes,
-            "cpu_seconds": round(cpu) if cpu is not None else 0,
+            "cpu_seconds": cpu_seconds,
             "average_cpu_utilization": utilization,
             "peak_memory_use_kilobytes": build.peak_memory_kb if final else None,
             "peak_storage_use_kilobytes": None,
@@ -519,39 +473,6 @@ class Session:
             self.log(f"could not keep {build.source_id}: {exc}")
             return
         self.log(f"recorded {build.source_id} {build.status if final else 'running'}")
-
-
-class _Events(ReplyEvents):
-    """Reply decoder events, stamped on arrival and handed to the recorder thread."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def build_started(self, drv_path: str) -> None:
-        self.session.events.put((time.time(), "started", drv_path))
-
-    def log_line(self, line: str) -> None:
-        self.session.events.put((time.time(), "log", line))
-
-    def finished(self, result: BuildResult | DaemonError) -> None:
-        self.session.events.put((time.time(), "finished", result))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _wait4(pid: int) -> tuple[int, int, Any]:
-    while True:
-        try:
-            return os.wait4(pid, 0)
-        except ChildProcessError:
-            return pid, 0, None
-        except InterruptedError:
-            continue
 
 
 def check_original_command(env: dict[str, str]) -> str | None:
