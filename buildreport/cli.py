@@ -841,3 +841,8 @@ def runner(check_only: bool, **kwargs: object) -> None:
 from buildreport.export import export_command  # noqa: E402 (a command of its own module)
 
 main.add_command(export_command)
+
+from buildreport.cli_ops import OPS_COMMANDS  # noqa: E402 (backup, restore, prune)
+
+for command in OPS_COMMANDS:
+    main.add_command(command)
