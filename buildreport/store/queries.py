@@ -221,7 +221,7 @@ def usage_days(account_id: int, query: UsageQuery) -> Query:
 def usage(account_id: int, query: UsageQuery) -> Query:
     """Billable builds by the UTC day they stopped: a sum over whole days of the daily usage."""
     days, params = usage_days(account_id, query)
-    return f"SELECT coalesce(sum(cpu_seconds), 0), coalesce(sum(builds), 0) FROM ({days}) AS u", params
+    return f"SELECT coalesce(sum(cpu_seconds), 0), coalesce(sum(builds), 0) FROM ({days}) AS usage_days", params
 
 
 def get_build(account_id: int, build_id: int) -> Query:

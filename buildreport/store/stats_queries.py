@@ -317,7 +317,8 @@ def usage_by_day(account_id: int, query: UsageQuery) -> Query:
     """(day start, CPU seconds, builds) for each day with billable builds, ascending; with the usage kept of
     builds that were pruned."""
     days, params = usage_days(account_id, query)
-    return f"SELECT day_us, sum(cpu_seconds), sum(builds) FROM ({days}) AS u GROUP BY day_us ORDER BY day_us", params
+    sql = f"SELECT day_us, sum(cpu_seconds), sum(builds) FROM ({days}) AS usage_days GROUP BY day_us ORDER BY day_us"
+    return sql, params
 
 
 def usage_by_system(account_id: int, query: UsageQuery) -> Query:

@@ -136,7 +136,7 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     _add_day_summaries,
     # Billable usage of builds that `prune` removed (see the SQLite schema).
     """
-    CREATE TABLE kept_usage (
+    CREATE TABLE IF NOT EXISTS kept_usage (
         account_id BIGINT NOT NULL,
         day_us BIGINT NOT NULL,
         builds BIGINT NOT NULL,

@@ -177,7 +177,7 @@ MIGRATIONS += (
     """
     -- Billable usage of builds that `prune` removed, per account and UTC day of their stop time: /usage adds it
     -- to daily_usage, which follows the builds that remain.
-    CREATE TABLE kept_usage (
+    CREATE TABLE IF NOT EXISTS kept_usage (
         account_id INTEGER NOT NULL,
         day_us INTEGER NOT NULL,
         builds INTEGER NOT NULL,
