@@ -20,6 +20,7 @@ import click
 import msgspec
 
 from buildreport import __version__, config
+from buildreport.cli_ops import older_than
 from buildreport.cli_shared import (
     ACCOUNT_NAME,
     CommandGroup,
@@ -190,6 +191,13 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             help="Serve /metrics to loopback clients without a token (otherwise a metrics:read token).",
         ),
         *_limit_options(),
+        click.option("--retention", "retention_us", callback=older_than, envvar="BUILDREPORT_RETENTION",
+                     show_envvar=True, help="Once a day, prune builds created longer ago than this (365d), as "
+                     "`buildreport prune` does; off by default."),
+        click.option("--retention-logs-only", is_flag=True, envvar="BUILDREPORT_RETENTION_LOGS_ONLY",
+                     help="Retention removes only the logs of those builds."),
+        click.option("--keep-usage/--drop-usage", default=True, show_default=True, envvar="BUILDREPORT_KEEP_USAGE",
+                     help="Retention keeps the billable usage of the builds it removes."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -297,6 +305,9 @@ def run_server(settings: Settings) -> None:
     open_db(settings.db).close()
     _check_signing_keys(settings)
     configure_logging()
+    from buildreport import retention  # the daily prune, when --retention asks for it
+
+    retention.start(settings)
     from buildreport.protocol import ServeConfig
 
     # No websocket routes: uvicorn need not load a websocket implementation.

@@ -174,7 +174,8 @@ def backup(db: Path, to: Path, *, gzip: bool = False) -> Written:
 def _write_archive(path: Path, manifest: Manifest, files: dict[str, Path], gzip: bool) -> None:
     with path.open("xb") as raw:
         os.fchmod(raw.fileno(), 0o600)  # it holds token digests and the signing key
-        with tarfile.open(fileobj=raw, mode="w:gz" if gzip else "w", compresslevel=6) as archive:
+        options = {"mode": "w:gz", "compresslevel": 6} if gzip else {"mode": "w"}
+        with tarfile.open(fileobj=raw, **options) as archive:  # type: ignore[call-overload]
             body = msgspec.json.format(msgspec.json.encode(manifest))
             info = tarfile.TarInfo(MANIFEST)
             info.size, info.mtime, info.mode = len(body), int(time.time()), 0o600
