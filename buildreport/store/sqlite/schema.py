@@ -174,16 +174,11 @@ MIGRATIONS += (
     _add_day_summaries,
 )
 MIGRATIONS += (
+    # Billable usage of builds that `prune` removed, per account and UTC day of their stop time: /usage adds it
+    # to daily_usage, which follows the builds that remain.
     """
-    -- Billable usage of builds that `prune` removed, per account and UTC day of their stop time: /usage adds it
-    -- to daily_usage, which follows the builds that remain.
-    CREATE TABLE IF NOT EXISTS kept_usage (
-        account_id INTEGER NOT NULL,
-        day_us INTEGER NOT NULL,
-        builds INTEGER NOT NULL,
-        cpu_seconds INTEGER NOT NULL,
-        PRIMARY KEY (account_id, day_us)
-    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS kept_usage (account_id INTEGER NOT NULL, day_us INTEGER NOT NULL,
+        builds INTEGER NOT NULL, cpu_seconds INTEGER NOT NULL, PRIMARY KEY (account_id, day_us)) WITHOUT ROWID;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -348,9 +343,7 @@ def migrate(
     conn.create_aggregate("buildreport_day_figures", 3, day_figures.Aggregate)
     latest = len(migrations)
     version = check_version(conn, path, app_id, latest)
-    if version == 0:
-        # Pages that `prune` frees can then be given back to the file system (incremental_vacuum); the mode is
-        # set only before the first table, or by a VACUUM.
+    if version == 0:  # before the first table: pages `prune` frees can go back to the file system
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         if version < latest:
