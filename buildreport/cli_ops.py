@@ -103,8 +103,9 @@ def prune_command(db: str, older_than: int, logs_only: bool, account: str | None
         if vacuum and retention.switch_to_incremental(conn):
             err("switched the database to incremental vacuum (one VACUUM)")
         started = time.perf_counter()
-        done = retention.prune(conn, policy, now_us)
-        freed = retention.give_back_space(conn)
+        with retention.writers_turn(db) as turn:  # a running server's writes go between the batches
+            done = retention.prune(conn, policy, now_us, turn)
+            freed = retention.give_back_space(conn, turn)
     except DatabaseError as exc:
         raise click.ClickException(printable(str(exc))) from exc
     finally:

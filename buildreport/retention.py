@@ -7,15 +7,14 @@ writes wait at most one batch (store/prune.py); the space freed is given back af
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 
 from buildreport.config import Settings
-from buildreport.store import connect, engine_errors, is_postgres
+from buildreport.store import connect, engine_errors
 from buildreport.store.errors import DatabaseError
-from buildreport.store.prune import Policy, Pruned, give_back_space, prune
+from buildreport.store.prune import Policy, Pruned, give_back_space, prune, writers_turn
 
 log = logging.getLogger("buildreport.retention")
 FIRST_RUN_SECONDS = 60.0  # after the start: the server answers first
@@ -30,19 +29,14 @@ def policy_of(settings: Settings) -> Policy | None:
 
 def run_once(settings: Settings, policy: Policy) -> Pruned:
     """One prune of the server's database by `policy`, in the writers' turn, then its space given back."""
-    from buildreport.store.sqlite.writelock import WriterLock
-
-    lock = None if is_postgres(settings.db) else WriterLock(settings.db)
-    turn = lock.held if lock is not None else contextlib.nullcontext
     conn = connect(settings.db)
     try:
-        done = prune(conn, policy, int(time.time() * 1_000_000), turn)
-        done.freed_bytes = give_back_space(conn, turn) or 0
+        with writers_turn(settings.db) as turn:
+            done = prune(conn, policy, int(time.time() * 1_000_000), turn)
+            done.freed_bytes = give_back_space(conn, turn) or 0
         return done
     finally:
         conn.close()
-        if lock is not None:
-            lock.close()
 
 
 def _loop(settings: Settings, policy: Policy, first: float, every: float, stop: threading.Event) -> None:
