@@ -48,6 +48,9 @@ def _loop(settings: Settings, policy: Policy, first: float, every: float, stop: 
         except (DatabaseError, *engine_errors()) as exc:  # the next day tries again; nothing is half-done
             log.error("retention: pruning failed: %s", exc)
             continue
+        except Exception as exc:  # a fault of the program: said in the log, and the server serves on
+            log.error("retention: pruning failed: %s: %s", type(exc).__name__, exc)
+            continue
         log.info("retention: removed %d builds and %d logs created over %d s ago; gave back %d bytes",
                  done.builds, done.logs, policy.older_than_us // 1_000_000, done.freed_bytes)
 

@@ -170,6 +170,10 @@ def test_a_backup_replaces_its_file_only_once_complete(tmp_path):
     with pytest.raises(DatabaseError, match="does not exist"):
         backup(tmp_path / "missing.db", tmp_path / "c.tar")
     assert not (tmp_path / "c.tar").exists()
+    for own in (env.db, Path(str(env.db) + "-auth")):
+        with pytest.raises(DatabaseError, match="a file of the database itself"):
+            backup(env.db, own)
+    assert sqlite3.connect(env.db).execute("SELECT count(*) FROM builds").fetchone() == (5,)
 
 
 def test_backup_and_restore_commands_say_what_they_did_in_one_line(tmp_path):

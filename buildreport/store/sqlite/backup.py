@@ -148,6 +148,8 @@ def backup(db: Path, to: Path, *, gzip: bool = False) -> Written:
     _check_source(db)
     if to.is_dir():
         raise DatabaseError(f"{to} is a directory; name the backup file")
+    if to.resolve() in {p.resolve() for p in (db, auth_path(db), Path(str(db) + ".secret"))}:
+        raise DatabaseError(f"{to} is a file of the database itself; write the backup elsewhere")
     if not to.parent.is_dir():
         raise DatabaseError(f"cannot write {to}: directory {to.parent} does not exist")
     with _scratch(to) as folder:
