@@ -21,7 +21,7 @@ import msgspec
 from buildreport.models import BILLABLE
 from buildreport.store import is_postgres
 from buildreport.store.errors import DatabaseError
-from buildreport.store.queries import US_PER_DAY, in_list
+from buildreport.store.queries import US_PER_DAY, Query, in_list
 from buildreport.store.writer import BuildWriter
 
 # Builds a batch removes (some 50 ms of work). At most this many hours are touched, below
@@ -68,11 +68,7 @@ def preview(conn: Any, policy: Policy, now_us: int) -> Pruned:
     cutoff = now_us - policy.older_than_us
     result = Pruned()
     for account_id in _accounts(conn, policy.account):
-        builds, logs, size = conn.execute(
-            "SELECT count(*), count(l.build_id), coalesce(sum(l.size_bytes), 0) FROM builds b"
-            " LEFT JOIN build_logs l ON l.build_id = b.build_id WHERE b.account_id = ? AND b.create_us < ?",
-            (account_id, cutoff),
-        ).fetchone()
+        builds, logs, size = conn.execute(*preview_query(account_id, cutoff)).fetchone()
         result.builds += 0 if policy.logs_only else int(builds)
         result.logs += int(logs)
         result.log_bytes += int(size)
@@ -121,7 +117,7 @@ def writers_turn(db: str) -> Iterator[Turn]:
         lock.close()
 
 
-def _next_batch(conn: Any, account_id: int, cutoff: int, after: tuple[int, int] | None, batch: int) -> list[tuple]:
+def batch_query(account_id: int, cutoff: int, after: tuple[int, int] | None, batch: int) -> Query:
     """(create_us, build_id) of the account's next builds created before `cutoff`, oldest first, from the
     time index; past `after` when builds stay (only their logs go)."""
     sql = "SELECT create_us, build_id FROM builds WHERE account_id = ? AND create_us < ?"
@@ -129,7 +125,20 @@ def _next_batch(conn: Any, account_id: int, cutoff: int, after: tuple[int, int] 
     if after is not None:
         sql += " AND (create_us > ? OR (create_us = ? AND build_id > ?))"
         params += [after[0], after[0], after[1]]
-    return [tuple(row) for row in conn.execute(sql + " ORDER BY create_us, build_id LIMIT ?", [*params, batch])]
+    return sql + " ORDER BY create_us, build_id LIMIT ?", [*params, batch]
+
+
+def preview_query(account_id: int, cutoff: int) -> Query:
+    """(builds, logs, log bytes) of the account's builds created before `cutoff`."""
+    return (
+        "SELECT count(*), count(l.build_id), coalesce(sum(l.size_bytes), 0) FROM builds b"
+        " LEFT JOIN build_logs l ON l.build_id = b.build_id WHERE b.account_id = ? AND b.create_us < ?",
+        [account_id, cutoff],
+    )
+
+
+def _next_batch(conn: Any, account_id: int, cutoff: int, after: tuple[int, int] | None, batch: int) -> list[tuple]:
+    return [tuple(row) for row in conn.execute(*batch_query(account_id, cutoff, after, batch))]
 
 
 def _remove(conn: Any, policy: Policy, keys: Sequence[tuple], now_us: int, result: Pruned) -> None:
