@@ -24,14 +24,18 @@ from buildreport.store.errors import DatabaseError
 from buildreport.store.queries import US_PER_DAY, Query, in_list
 from buildreport.store.writer import BuildWriter
 
-# Builds a batch removes (some 50 ms of work). At most this many hours are touched, below
-# FULL_RECOMPUTE_THRESHOLD: a batch keeps its figures by differences, never recomputing an account's totals.
-BATCH = 200
+# Builds a batch removes at most. At most this many hours are touched, below FULL_RECOMPUTE_THRESHOLD: a batch
+# keeps its figures by differences, never recomputing an account's totals.
+BATCH = 400
+MIN_BATCH = 10
+# A batch holds the writers' turn about this long: the size follows the time the last one took, so that on a
+# busy machine a waiting write is not held up by a batch that takes ten times as long as on an idle one.
+BATCH_SECONDS = 0.04
 # Between batches the turn stands free this long: a server's write waiting for it (polling every 0.5 ms) gets
 # it rather than the next batch.
 PAUSE_SECONDS = 0.005
-# Pages one step of incremental vacuum gives back (of 4 KiB: 40 MiB), each step its own short transaction.
-VACUUM_PAGES = 10_000
+# Pages one step of incremental vacuum gives back (of 4 KiB: 8 MiB), each step its own short transaction.
+VACUUM_PAGES = 2_000
 
 Turn = Callable[[], AbstractContextManager[None]]
 
@@ -76,26 +80,30 @@ def preview(conn: Any, policy: Policy, now_us: int) -> Pruned:
 
 
 def prune(conn: Any, policy: Policy, now_us: int, turn: Turn = nullcontext, batch: int = BATCH) -> Pruned:
-    """Remove what `policy` names, `batch` builds a transaction; what was removed. Stopping part way (a fault,
-    a killed process) leaves every batch before whole and the rest untouched: pruning again continues."""
+    """Remove what `policy` names, at most `batch` builds a transaction; what was removed. Stopping part way (a
+    fault, a killed process) leaves every batch before whole and the rest untouched: pruning again continues."""
     cutoff = now_us - policy.older_than_us
     result = Pruned()
+    size = min(batch, MIN_BATCH)
     for account_id in _accounts(conn, policy.account):
         after = (-(2**63), -(2**63))  # (create_us, build_id) of the last build looked at
         while True:
+            started = time.perf_counter()
             with turn():
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    ids = _next_batch(conn, account_id, cutoff, after if policy.logs_only else None, batch)
+                    ids = _next_batch(conn, account_id, cutoff, after if policy.logs_only else None, size)
                     if ids:
                         _remove(conn, policy, ids, now_us, result)
                     conn.commit()
                 except BaseException:
                     conn.rollback()
                     raise
-            if len(ids) < batch:
+            if len(ids) < size:
                 break
             after = ids[-1]
+            took = time.perf_counter() - started
+            size = max(min(batch, MIN_BATCH), min(batch, round(size * BATCH_SECONDS / max(took, 1e-3))))
             time.sleep(PAUSE_SECONDS)
     return result
 
