@@ -21,11 +21,10 @@ def _sqlite_only(db: str) -> None:
 
 
 def _size(count: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.1f} {unit}" if unit != "B" else f"{count} B"
-        count /= 1024  # type: ignore[assignment]
-    return str(count)
+    if count < 1024:
+        return f"{count} B"
+    exponent = min(3, (count.bit_length() - 1) // 10)
+    return f"{count / 1024**exponent:.1f} {('KiB', 'MiB', 'GiB')[exponent - 1]}"
 
 
 @click.command("backup")
