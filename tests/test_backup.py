@@ -20,6 +20,7 @@ from buildreport.cli import main
 from buildreport.models import BuildRecord
 from buildreport.store import DatabaseError
 from buildreport.store.sqlite.backup import DATABASE, MANIFEST, backup, in_use, read_manifest, restore
+from buildreport.store.sqlite.writelock import WriterLock
 from buildreport.store.writes import WriteSession
 from buildreport.times import to_us
 
@@ -124,6 +125,10 @@ def test_restore_refuses_an_existing_database_without_force_and_one_in_use_even_
         restore(tmp_path / "b.tar", other.db, force=True)
     reader.close()
     assert not in_use(other.db)
+    lock = WriterLock(other.db)  # a server's write under way
+    with lock.held():
+        assert in_use(other.db)
+    lock.close()
     assert sqlite3.connect(other.db).execute("SELECT count(*) FROM builds").fetchone() == (3,)
     restore(tmp_path / "b.tar", other.db, force=True)
     assert sqlite3.connect(other.db).execute("SELECT count(*) FROM builds").fetchone() == (10,)

@@ -96,3 +96,35 @@ def test_prune_command_dry_run_account_and_errors(env):
         result = run("prune", "--db", str(env.db), *args, expect=2 if "duration" in message else 1)
         assert message in result.stderr
     assert count(env, "SELECT count(*) FROM builds") == 15
+
+
+def test_an_older_file_gives_space_back_once_switched_with_vacuum(tmp_path):
+    import secrets
+    import sqlite3
+
+    from conftest import Env
+
+    def size_on_disk() -> int:
+        conn = sqlite3.connect(env.db)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        return env.db.stat().st_size
+
+    env = Env(tmp_path)
+    env.load([record(i, create_time=NOW - 40 * DAY, log=secrets.token_hex(20_000)) for i in range(1, 41)])
+    conn = sqlite3.connect(env.db)
+    conn.execute("PRAGMA auto_vacuum = NONE")
+    conn.execute("VACUUM")  # as a file made before incremental vacuum
+    conn.close()
+    size = size_on_disk()
+    kept = run("prune", "--db", str(env.db), "--older-than", "30d", "--logs-only").stderr
+    assert "keeps its size" in kept and "--vacuum" in kept
+    assert size_on_disk() == size
+    out = run("prune", "--db", str(env.db), "--older-than", "30d", "--logs-only", "--vacuum").stderr
+    assert "switched the database to incremental vacuum" in out
+    assert query(env.db, "PRAGMA auto_vacuum") == [(2,)]
+    assert size_on_disk() < size / 4
+    env.load([record(i, create_time=NOW - 40 * DAY, log=secrets.token_hex(20_000)) for i in range(1, 41)])
+    size = size_on_disk()
+    assert "KiB" in run("prune", "--db", str(env.db), "--older-than", "30d", "--logs-only").stderr.split("gave back")[1]
+    assert size_on_disk() < size / 4
