@@ -128,3 +128,15 @@ def test_an_older_file_gives_space_back_once_switched_with_vacuum(tmp_path):
     size = size_on_disk()
     assert "KiB" in run("prune", "--db", str(env.db), "--older-than", "30d", "--logs-only").stderr.split("gave back")[1]
     assert size_on_disk() < size / 4
+
+
+def test_serve_takes_the_retention_settings(tmp_path, serve):
+    import httpx
+    from conftest import Env
+
+    env = Env(tmp_path)
+    env.load([record(1)])
+    server = serve(env.db, "--retention", "30d", "--retention-logs-only", "--drop-usage")
+    assert httpx.get(server.url + "/healthz").status_code == 200
+    refused = run("serve", "--db", str(env.db), "--retention", "forever", expect=2).stderr
+    assert "not a duration" in refused
