@@ -6,6 +6,7 @@ import gzip
 import sqlite3
 import tarfile
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -196,3 +197,43 @@ def test_on_postgres_both_commands_point_to_pg_dump(pg_url, tmp_path):
         result = run(*args, "--db", pg_url, expect=1)
         assert "pg_dump" in result.stderr and "pg_restore" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_server_killed_during_a_backup_leaves_it_whole(tmp_path, serve):
+    env = filled(tmp_path, 300)
+    token = env.token("acme", ("build:read", "build:write"))
+    server = serve(env.db)
+    stop, outcome = threading.Event(), {}
+
+    def send() -> None:  # a runner posting builds until the server goes away (bounded)
+        with httpx.Client(base_url=server.url, headers=auth(token), timeout=5) as client:
+            for n in range(2_000):
+                if stop.is_set():
+                    return
+                body = [{k: v for k, v in record(0, log="y" * 300).items() if k not in ("account", "build_id")}
+                        | {"source_id": f"kill:{n}:{i}"} for i in range(10)]
+                try:
+                    outcome.setdefault("statuses", set()).add(client.post("/builds", json=body).status_code)
+                except httpx.HTTPError:
+                    return
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    taking = threading.Thread(target=lambda: outcome.update(written=backup(env.db, tmp_path / "b.tar")))
+    try:
+        deadline = time.monotonic() + 20
+        while not outcome.get("statuses") and sender.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)  # the server's write process is started and writing
+        taking.start()
+        server.process.kill()  # mid-write, mid-backup or just after: the backup must be whole either way
+        taking.join()
+    finally:
+        stop.set()
+        sender.join()
+    restore(tmp_path / "b.tar", tmp_path / "restored.db")
+    conn = sqlite3.connect(tmp_path / "restored.db")
+    check_figures(conn, promote_at=500)
+    counts = dict(conn.execute("SELECT a.name, count(*) FROM builds JOIN accounts a USING (account_id) GROUP BY 1"))
+    conn.close()
+    assert counts == outcome["written"].manifest.builds and counts["acme"] >= 150
+    assert outcome["statuses"] == {200}  # the server was writing when it was killed
