@@ -21,6 +21,7 @@ import msgspec
 from click.core import ParameterSource
 
 from buildreport import __version__, config
+from buildreport.cli_ops import older_than
 from buildreport.cli_secrets import given_or_from_file, secret_lines
 from buildreport.cli_shared import (
     ACCOUNT_NAME,
@@ -194,6 +195,13 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             help="Serve /metrics to loopback clients without a token (otherwise a metrics:read token).",
         ),
         *_limit_options(),
+        click.option("--retention", "retention_us", callback=older_than, envvar="BUILDREPORT_RETENTION",
+                     show_envvar=True, help="Once a day, prune builds created longer ago than this (365d), as "
+                     "`buildreport prune` does; off by default."),
+        click.option("--retention-logs-only", is_flag=True, envvar="BUILDREPORT_RETENTION_LOGS_ONLY",
+                     help="Retention removes only the logs of those builds."),
+        click.option("--keep-usage/--drop-usage", default=True, show_default=True, envvar="BUILDREPORT_KEEP_USAGE",
+                     help="Retention keeps the billable usage of the builds it removes."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -303,6 +311,9 @@ def run_server(settings: Settings) -> None:
     open_db(settings.db).close()
     _check_signing_keys(settings)
     configure_logging()
+    from buildreport import retention  # the daily prune, when --retention asks for it
+
+    retention.start(settings)
     from buildreport.protocol import ServeConfig
     from buildreport.sdnotify import ServiceNotifier
     from buildreport.serving import NotifyingServer, NotifyingSupervisor
@@ -864,3 +875,7 @@ main.add_command(export_command)
 from buildreport.cli_collect import collect_command  # noqa: E402 (a command of its own module)
 
 main.add_command(collect_command)
+from buildreport.cli_ops import OPS_COMMANDS  # noqa: E402 (backup, restore, prune)
+
+for command in OPS_COMMANDS:
+    main.add_command(command)

@@ -52,6 +52,9 @@ class Settings(msgspec.Struct, frozen=True):
     max_records: int = DEFAULT_MAX_RECORDS
     metrics_loopback: bool = False  # /metrics answers loopback clients without a token
     read_dbs: tuple[str, ...] = ()  # PostgreSQL replicas that range queries are sent to
+    retention_us: int | None = None  # once a day, prune builds created longer ago than this (retention.py)
+    retention_logs_only: bool = False  # retention removes only their logs
+    keep_usage: bool = True  # retention keeps the billable usage of the builds it removes
 
     @property
     def base_url(self) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildStatus
-from buildreport.store import day_figures, day_summaries, queries, stats_queries, tag_totals
+from buildreport.store import day_figures, day_summaries, prune, queries, stats_queries, tag_totals
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
@@ -53,6 +53,9 @@ QUERIES = {
     "kept figures of one day (writes)": (day_figures._DELETE, [1, 0]),
     "kept figures of one day, every status (writes)": (day_summaries._DAY_FIGURES, [1, 0]),
     "summary of one day (writes)": (day_summaries._DELETE, [1, 0]),
+    "prune, next builds (writes)": prune.batch_query(1, US_PER_DAY, None, 200),
+    "prune, next builds whose logs go (writes)": prune.batch_query(1, US_PER_DAY, (5, 6), 200),
+    "prune, what would go": prune.preview_query(1, US_PER_DAY),
     "usage, open": queries.usage(1, UsageQuery(from_us=1)),
     "usage, closed": queries.usage(1, UsageQuery(from_us=1, to_us=2)),
     "one build": queries.get_build(1, 5),
@@ -107,7 +110,7 @@ def test_query_is_served_by_an_index(conn, name):
     # Scanning the rows a subquery produced (named or not), or the one row of a SELECT without FROM, is fine;
     # scanning a table or index is not.
     allowed = (
-        "SCAN (subquery", "SCAN CONSTANT ROW", "SCAN page", "SCAN reached",
+        "SCAN (subquery", "SCAN CONSTANT ROW", "SCAN page", "SCAN reached", "SCAN usage_days",
         *(f"SCAN {name}" for name in stats_queries.ROW_SOURCES),
     )  # fmt: skip
     scans = [

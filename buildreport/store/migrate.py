@@ -33,6 +33,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("hourly_totals", _TOTALS),
     ("daily_totals", _TOTALS),
     ("daily_usage", ("account_id", "day_us", "builds", "cpu_seconds")),
+    ("kept_usage", ("account_id", "day_us", "builds", "cpu_seconds")),
     ("tag_pairs", ("account_id", "key", "value")),
     ("tag_daily_totals", ("account_id", "key", "value", *_TOTALS[1:])),
     ("auth.tokens", ("token_id", "account", "digest", "scopes", "label", "created_us", "expires_us", "revoked_us",
@@ -46,6 +47,7 @@ _CHECKS = (
     "SELECT account_id, sum(builds), sum(cpu_seconds), sum(duration_us), sum(nar_size_bytes) FROM daily_totals"
     " GROUP BY account_id ORDER BY account_id",
     "SELECT account_id, sum(builds), sum(cpu_seconds) FROM daily_usage GROUP BY account_id ORDER BY account_id",
+    "SELECT account_id, sum(builds), sum(cpu_seconds) FROM kept_usage GROUP BY account_id ORDER BY account_id",
     "SELECT count(*), sum(length(key) + length(value)) FROM build_tags",
     "SELECT count(*), sum(size_bytes) FROM build_logs",
     "SELECT count(*) FROM tag_daily_totals",

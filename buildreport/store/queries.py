@@ -206,17 +206,22 @@ def tag_pair_size(account_id: int, key: str, value: str, build_filter: BuildFilt
     return sql, [*params, cap]
 
 
+def usage_days(account_id: int, query: UsageQuery) -> Query:
+    """(day_us, cpu_seconds, builds) rows of the query's days: the daily usage of the builds stored, and the
+    usage that `prune` kept of builds it removed (kept_usage)."""
+    where = "account_id = ? AND day_us >= ?" + (" AND day_us < ?" if query.to_us is not None else "")
+    params: list[object] = [account_id, query.from_us] + ([query.to_us] if query.to_us is not None else [])
+    sql = (
+        f"SELECT day_us, cpu_seconds, builds FROM daily_usage WHERE {where}"
+        f" UNION ALL SELECT day_us, cpu_seconds, builds FROM kept_usage WHERE {where}"
+    )
+    return sql, params * 2
+
+
 def usage(account_id: int, query: UsageQuery) -> Query:
     """Billable builds by the UTC day they stopped: a sum over whole days of the daily usage."""
-    sql = (
-        "SELECT coalesce(sum(cpu_seconds), 0), coalesce(sum(builds), 0) FROM daily_usage"
-        " WHERE account_id = ? AND day_us >= ?"
-    )
-    params: list[object] = [account_id, query.from_us]
-    if query.to_us is not None:
-        sql += " AND day_us < ?"
-        params.append(query.to_us)
-    return sql, params
+    days, params = usage_days(account_id, query)
+    return f"SELECT coalesce(sum(cpu_seconds), 0), coalesce(sum(builds), 0) FROM ({days}) AS usage_days", params
 
 
 def get_build(account_id: int, build_id: int) -> Query:

@@ -35,7 +35,7 @@ import msgspec
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
-from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sql, _ordered, in_list
+from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sql, _ordered, in_list, usage_days
 from buildreport.times import now_us
 
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
@@ -314,13 +314,11 @@ def _stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:
 
 
 def usage_by_day(account_id: int, query: UsageQuery) -> Query:
-    """(day start, CPU seconds, builds) for each day with billable builds, ascending."""
-    sql = "SELECT day_us, cpu_seconds, builds FROM daily_usage WHERE account_id = ? AND day_us >= ?"
-    params: list[object] = [account_id, query.from_us]
-    if query.to_us is not None:
-        sql += " AND day_us < ?"
-        params.append(query.to_us)
-    return sql + " ORDER BY day_us", params
+    """(day start, CPU seconds, builds) for each day with billable builds, ascending; with the usage kept of
+    builds that were pruned."""
+    days, params = usage_days(account_id, query)
+    sql = f"SELECT day_us, sum(cpu_seconds), sum(builds) FROM ({days}) AS usage_days GROUP BY day_us ORDER BY day_us"
+    return sql, params
 
 
 def usage_by_system(account_id: int, query: UsageQuery) -> Query:

@@ -491,11 +491,7 @@ class BuildWriter:
             )
             old = existing.get(b.build_id)
             if old is not None:
-                self._count(-1, old.account_id, old.status, old.create_us, old.start_us, old.duration_us,
-                            old.stop_us, old.cpu_seconds, old.nar_size_bytes)
-                self._day_delta(old.account_id, old.create_us, old.status).add(
-                    -1, old.cpu_seconds, old.duration_text, old.queue_text
-                )
+                self._take_share(old)
         self._write_tags(rows, existing)
         self._conn.executemany(UPSERT_LOGS, [row.log_values() for row in rows if row.log is not None])
         self._link_peers(rows)
@@ -545,21 +541,54 @@ class BuildWriter:
         row = self._conn.execute("SELECT zlib FROM build_logs WHERE build_id = ?", (build_id,)).fetchone()
         return row is not None and row[0] == log
 
-    def _write_tags(self, rows: list[Row], existing: dict[int, _Existing]) -> None:
+    def _take_share(self, old: _Existing) -> None:
+        """Take a stored build's share out of the kept totals and day figures: the old version of a build
+        written again, or a build removed."""
+        self._count(-1, old.account_id, old.status, old.create_us, old.start_us, old.duration_us,
+                    old.stop_us, old.cpu_seconds, old.nar_size_bytes)
+        self._day_delta(old.account_id, old.create_us, old.status).add(
+            -1, old.cpu_seconds, old.duration_text, old.queue_text
+        )
+
+    def _take_tags(self, olds: list[tuple[int, _Existing]]) -> None:
+        """Delete the tag rows of stored builds (build id, as stored) and take them out of the tag totals."""
         stale, stale_stats = [], []
-        for row in rows:
-            old = existing.get(row.build.build_id)
-            if old is not None:
-                old_tags = _STORED.decode(old.body).get("tags") or {}
-                figures = (old.status, old.cpu_seconds, old.duration_us, old.nar_size_bytes, old.start_us, old.stop_us)
-                for k, v in old_tags.items():
-                    stale.append((row.account_id, k, v, old.create_us, row.build.build_id))
-                    stale_stats.append(figures)
+        for build_id, old in olds:
+            old_tags = _STORED.decode(old.body).get("tags") or {}
+            figures = (old.status, old.cpu_seconds, old.duration_us, old.nar_size_bytes, old.start_us, old.stop_us)
+            for k, v in old_tags.items():
+                stale.append((old.account_id, k, v, old.create_us, build_id))
+                stale_stats.append(figures)
         self._conn.executemany(
             "DELETE FROM build_tags WHERE account_id = ? AND key = ? AND value = ? AND create_us = ? AND build_id = ?",
             stale,
         )
         self._tags.add(-1, stale, stale_stats)
+
+    def remove(self, build_ids: Sequence[int]) -> int:
+        """Delete stored builds whole (row, tags, log) as a write takes away a build's old version, so that
+        every kept figure follows by the same differences once `finish` runs. A restart link of a build that
+        stays to one removed becomes null. How many of `build_ids` were stored."""
+        self.flush()
+        existing = self._existing(build_ids)
+        for old in existing.values():
+            self._take_share(old)
+        self._take_tags(list(existing.items()))
+        gone = [(build_id,) for build_id in existing]
+        self._conn.executemany("DELETE FROM build_logs WHERE build_id = ?", gone)
+        self._conn.executemany("DELETE FROM builds WHERE build_id = ?", gone)
+        if existing:
+            marks = ",".join("?" * len(existing))
+            for column in ("restart_of_build_id", "restarted_as_build_id"):
+                peers = self._conn.execute(
+                    f"SELECT build_id FROM builds WHERE {column} IN ({marks})", list(existing)
+                ).fetchall()
+                for (peer_id,) in peers:
+                    _set_link(self._conn, peer_id, column, None)
+        return len(existing)
+
+    def _write_tags(self, rows: list[Row], existing: dict[int, _Existing]) -> None:
+        self._take_tags([(row.build.build_id, old) for row in rows if (old := existing.get(row.build.build_id))])
         fresh, fresh_stats = [], []
         for row in rows:
             tags = row.tag_values()
@@ -637,7 +666,7 @@ def _link(
         conflict(ends.location, field, f"build {peer_id} already has {peer_field} {peer_link}")
 
 
-def _set_link(conn: sqlite3.Connection, build_id: int, field: str, value: int) -> None:
+def _set_link(conn: sqlite3.Connection, build_id: int, field: str, value: int | None) -> None:
     (body,) = conn.execute("SELECT body FROM builds WHERE build_id = ?", (build_id,)).fetchone()
     stored = _STORED.decode(body)
     stored[field] = value

@@ -134,6 +134,16 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     );
     """,
     _add_day_summaries,
+    # Billable usage of builds that `prune` removed (see the SQLite schema).
+    """
+    CREATE TABLE IF NOT EXISTS kept_usage (
+        account_id BIGINT NOT NULL,
+        day_us BIGINT NOT NULL,
+        builds BIGINT NOT NULL,
+        cpu_seconds BIGINT NOT NULL,
+        PRIMARY KEY (account_id, day_us)
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -228,7 +238,7 @@ def refresh_statistics(conn: PgConnection, builds_written: int) -> None:
 # Everything buildreport creates in its database, for `demo` to take away what a failed start made.
 _OBJECTS = (
     "builds", "build_tags", "build_logs", "day_figures", "day_summaries", "hourly_totals", "daily_totals",
-    "daily_usage", "tag_pairs", "tag_daily_totals", "accounts", "buildreport_schema",
+    "daily_usage", "kept_usage", "tag_pairs", "tag_daily_totals", "accounts", "buildreport_schema",
 )  # fmt: skip
 
 

@@ -173,6 +173,14 @@ MIGRATIONS += (
     + day_figures.FILL,
     _add_day_summaries,
 )
+MIGRATIONS += (
+    # Billable usage of builds that `prune` removed, per account and UTC day of their stop time: /usage adds it
+    # to daily_usage, which follows the builds that remain.
+    """
+    CREATE TABLE IF NOT EXISTS kept_usage (account_id INTEGER NOT NULL, day_us INTEGER NOT NULL,
+        builds INTEGER NOT NULL, cpu_seconds INTEGER NOT NULL, PRIMARY KEY (account_id, day_us)) WITHOUT ROWID;
+    """,
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 # Tokens are kept in a second SQLite file, DB + "-auth": SQLite allows one writer per file, so a token is
@@ -335,6 +343,8 @@ def migrate(
     conn.create_aggregate("buildreport_day_figures", 3, day_figures.Aggregate)
     latest = len(migrations)
     version = check_version(conn, path, app_id, latest)
+    if version == 0:  # before the first table: pages `prune` frees can go back to the file system
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         if version < latest:
             conn.execute("PRAGMA journal_mode = WAL")
