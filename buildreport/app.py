@@ -25,6 +25,7 @@ from buildreport.envelope import Envelope, request_id
 from buildreport.errors import Problem
 from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
+from buildreport.oidc import Verifier
 from buildreport.signing import DashboardSigner, LinkSigner
 from buildreport.store import engine_errors, open_database, open_reader
 from buildreport.store.errors import DatabaseUnavailable
@@ -170,7 +171,8 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
         openapi_config=_openapi(),
         # `link_limits` counts the signed page's and log's requests, routed or answered before routing.
         state=State({"settings": settings, "signer": signer, "dashboard_signer": DashboardSigner(keys),
-                     "link_limits": _link_limits(settings)}),
+                     "link_limits": _link_limits(settings),
+                     "oidc": Verifier(settings.oidc_issuers, settings.oidc_audience)}),
         logging_config=None,
         debug=False,
     )

@@ -52,6 +52,9 @@ class Settings(msgspec.Struct, frozen=True):
     max_records: int = DEFAULT_MAX_RECORDS
     metrics_loopback: bool = False  # /metrics answers loopback clients without a token
     read_dbs: tuple[str, ...] = ()  # PostgreSQL replicas that range queries are sent to
+    oidc_issuers: tuple[str, ...] = ()  # whose ID tokens /auth/oidc-token-exchange takes (see exchange.py)
+    oidc_audience: str = "nixbuild.net"
+    oidc_claim_tags: tuple[str, ...] = ()  # ISSUER_OR_*:CLAIM=TAG
 
     @property
     def base_url(self) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildStatus
-from buildreport.store import day_figures, day_summaries, queries, stats_queries, tag_totals
+from buildreport.store import day_figures, day_summaries, queries, stats_queries, tag_totals, trust
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
@@ -58,6 +58,7 @@ QUERIES = {
     "one build": queries.get_build(1, 5),
     "log": queries.get_log(1, 5),
     "token": queries.token_by_digest(b"x" * 32),
+    "trusted CI identities of an issuer": trust.policies_of("https://token.actions.githubusercontent.com"),
     "builds by source id (POST /builds)": builds_by_source(1, ["runner-1:a", "runner-1:b"]),
     **{
         f"stats by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind, "project" if kind == "tag" else None))

@@ -134,6 +134,20 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     );
     """,
     _add_day_summaries,
+    # Tokens got by exchanging a CI job's OIDC ID token keep its verified claims; trusted CI identities.
+    """
+    ALTER TABLE auth.tokens ADD COLUMN claims TEXT;
+    CREATE TABLE auth.trust_policies (
+        policy_id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        issuer TEXT NOT NULL,
+        claims TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        lifetime_s BIGINT NOT NULL,
+        created_us BIGINT NOT NULL
+    );
+    CREATE INDEX trust_policies_by_issuer ON auth.trust_policies (issuer, policy_id);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -195,6 +195,21 @@ AUTH_MIGRATIONS: tuple[str, ...] = (
         last_used_us INTEGER
     );
     """,
+    # Tokens got by exchanging a CI job's OIDC ID token keep its verified claims (JSON); trusted CI identities
+    # (`token trust`) let a job whose claims match a policy exchange its ID token with no token at all.
+    """
+    ALTER TABLE tokens ADD COLUMN claims TEXT;
+    CREATE TABLE trust_policies (
+        policy_id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        issuer TEXT NOT NULL,
+        claims TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        lifetime_s INTEGER NOT NULL,
+        created_us INTEGER NOT NULL
+    );
+    CREATE INDEX trust_policies_by_issuer ON trust_policies (issuer, policy_id);
+    """,
 )
 # Tokens of a database made before they moved: copied once, before migration 1 -> 2 drops them.
 _MOVE_TOKENS = """
@@ -433,6 +448,15 @@ def _open_auth(path: Path, legacy: bool) -> None:
         conn.close()
 
 
+def _auth_behind(path: Path) -> bool:
+    """Whether the tokens file has steps of AUTH_MIGRATIONS still to take."""
+    conn = connect_existing(auth_path(path))
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0]) < len(AUTH_MIGRATIONS)
+    finally:
+        conn.close()
+
+
 def attach_auth(conn: sqlite3.Connection, path: Path | str) -> None:
     """Make the tokens file of the database at `path` readable on `conn` as schema `auth`."""
     conn.execute("ATTACH DATABASE ? AS auth", (rw_uri(auth_path(path)),))
@@ -467,7 +491,8 @@ def open_database(path: Path | str, *, create: bool = True) -> sqlite3.Connectio
         check_version(conn, path)
         # Databases made before tokens moved to their own file still hold them.
         legacy = conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'tokens'").fetchone()
-        if legacy is not None or not auth_path(path).exists() or check_version(conn, path) < SCHEMA_VERSION:
+        if legacy is not None or not auth_path(path).exists() or check_version(conn, path) < SCHEMA_VERSION \
+                or _auth_behind(path):
             _open_auth(path, legacy is not None)
         migrate(conn, path)
     except sqlite3.DatabaseError as exc:
