@@ -40,7 +40,7 @@ class Issuer:
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the server's name for it)
+            def do_GET(self) -> None:
                 if self.path == "/.well-known/openid-configuration":
                     body = {"issuer": issuer.url, "jwks_uri": issuer.url + "/jwks"}
                 elif self.path == "/jwks":
