@@ -387,6 +387,7 @@ def api_auth(rate_limit: int) -> AuthMiddleware:
 
 
 def api_router(auth: AuthMiddleware) -> Router:
+    from buildreport.badges import get_badge_url
     from buildreport.exchange import exchange_handlers
     from buildreport.insights_api import insight_handlers  # it builds on this module's helpers
 
@@ -395,6 +396,7 @@ def api_router(auth: AuthMiddleware) -> Router:
         route_handlers=[
             list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds, *insight_handlers(),
             *exchange_handlers(),
+            get_badge_url,
         ],
         middleware=[auth],
         opt={"scope": READ_SCOPE},

@@ -139,6 +139,7 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
             await app.state.writes.close()
             await app.state.reader.close()
 
+    from buildreport.badges import BadgeSigner, badge_router
     from buildreport.dashboard import dashboard_router
     from buildreport.metrics import metrics_router, prometheus_config, worker_stopped
     from buildreport.web import web_router  # the signed page is a second face over the same reader
@@ -147,6 +148,7 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
         route_handlers=[
             api_router(auth),
             web_router(),
+            badge_router(),
             dashboard_router(),
             metrics_router(),
             healthz,
@@ -172,7 +174,8 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
         # `link_limits` counts the signed page's and log's requests, routed or answered before routing.
         state=State({"settings": settings, "signer": signer, "dashboard_signer": DashboardSigner(keys),
                      "link_limits": _link_limits(settings),
-                     "oidc": Verifier(settings.oidc_issuers, settings.oidc_audience)}),
+                     "oidc": Verifier(settings.oidc_issuers, settings.oidc_audience),
+                     "badge_signer": BadgeSigner(keys)}),
         logging_config=None,
         debug=False,
     )

@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
+from buildreport.filters import BadgeSeries, BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildSummary, Usage
-from buildreport.store import queries, stats_queries, tag_totals, trust
+from buildreport.store import badges, queries, stats_queries, tag_totals, trust
 from buildreport.store.dialect import Dialect
 from buildreport.times import US_PER_SECOND
 
@@ -157,6 +157,11 @@ class Reader(abc.ABC):
     async def trust_policies(self, issuer: str) -> list[tuple]:
         """(policy id, account, claim patterns as JSON, scopes, lifetime in seconds) of the issuer's policies."""
         return await self._key(trust.policies_of(issuer))
+
+    async def newest_finished(self, account_id: int, series: BadgeSeries) -> tuple[str, int | None] | None:
+        """(status, duration in µs) of the series' newest finished build, or None when it has none."""
+        rows = await self._key(badges.newest_finished(account_id, series, self.dialect))
+        return (rows[0][0], rows[0][1]) if rows else None
 
     async def add_token(self, token: trust.NewToken) -> None:
         """Store a token the server issued (an exchange), committed before it is handed out."""

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from buildreport.store import day_figures, day_summaries
+from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres.connection import MIGRATION_LOCK, PgConnection
 
 _TOTALS_TABLE = """
@@ -148,6 +149,9 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     );
     CREATE INDEX trust_policies_by_issuer ON auth.trust_policies (issuer, policy_id);
     """,
+    # A badge shows the newest finished build of a derivation name (store.badges), whatever its store path's hash.
+    f"CREATE INDEX builds_by_name ON builds (account_id, ({POSTGRESQL.derivation_name}), create_us, build_id,"
+    " status, duration_us);",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

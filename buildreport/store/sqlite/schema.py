@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
 from buildreport.store import day_figures, day_summaries, tag_totals
+from buildreport.store.dialect import SQLITE
 from buildreport.store.errors import DatabaseError
 from buildreport.store.sqlite.writelock import lock_path
 
@@ -172,6 +173,9 @@ MIGRATIONS += (
     + day_figures.TABLE.format(integer="INTEGER", blob="BLOB")
     + day_figures.FILL,
     _add_day_summaries,
+    # A badge shows the newest finished build of a derivation name (store.badges), whatever its store path's hash.
+    f"CREATE INDEX builds_by_name ON builds (account_id, ({SQLITE.derivation_name}), create_us, build_id, status,"
+    " duration_us);",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
