@@ -1,20 +1,21 @@
 """OIDC ID tokens of CI jobs, verified in full with PyJWT: the issuer's published keys, audience, times, algorithm.
 
-An issuer's keys are read from `{issuer}/.well-known/openid-configuration` → `jwks_uri` with httpx (no thread,
-no blocking of the event loop), kept for an hour, and read again early when a token names a key that is not
+An issuer's keys are read from `{issuer}/.well-known/openid-configuration` → `jwks_uri` in a thread (the event
+loop never waits on the issuer), kept for an hour, and read again early when a token names a key that is not
 among them, at most once a minute per issuer: a stream of made-up key ids costs the issuer nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import ipaddress
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import jwt
 import msgspec
 
@@ -69,26 +70,40 @@ def _loopback(host: str) -> bool:
 Fetch = Callable[[str], Awaitable[Any]]
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """An issuer's documents are read where it says they are: a redirect is an error, never followed."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def _read(url: str) -> bytes:
+    request = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "buildreport"})
+    try:
+        with _OPENER.open(request, timeout=FETCH_TIMEOUT_S) as response:
+            body = response.read(MAX_DOCUMENT_BYTES + 1)
+    except (OSError, http.client.HTTPException, ValueError) as exc:  # HTTP errors, refusals, time-outs, bad URLs
+        raise KeysUnavailable(f"{url}: {exc}") from exc
+    if len(body) > MAX_DOCUMENT_BYTES:
+        raise KeysUnavailable(f"{url} is larger than {MAX_DOCUMENT_BYTES} bytes")
+    return body
+
+
 async def fetch_json(url: str) -> Any:
-    """A JSON document from an https (or loopback http) URL, bounded in time and size; redirects are refused."""
+    """A JSON document from an https (or loopback http) URL, bounded in time and size; redirects are refused.
+    Read in a thread (urllib answers a loopback request in half a millisecond, where a new httpx client took
+    over 100), so the event loop goes on serving meanwhile."""
     if (problem := issuer_problem(url)) is not None:
         raise KeysUnavailable(f"{url}: {problem}")
     try:
-        async with (
-            httpx.AsyncClient(timeout=FETCH_TIMEOUT_S, follow_redirects=False) as client,
-            client.stream("GET", url, headers={"Accept": "application/json"}) as response,
-        ):
-            if response.status_code != 200:
-                raise KeysUnavailable(f"{url} answered {response.status_code}")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_DOCUMENT_BYTES:
-                    raise KeysUnavailable(f"{url} is larger than {MAX_DOCUMENT_BYTES} bytes")
-    except httpx.HTTPError as exc:
-        raise KeysUnavailable(f"{url}: {type(exc).__name__}: {exc}") from exc
+        body = await asyncio.wait_for(asyncio.to_thread(_read, url), timeout=2 * FETCH_TIMEOUT_S)
+    except TimeoutError as exc:
+        raise KeysUnavailable(f"{url} did not answer within {2 * FETCH_TIMEOUT_S:g} s") from exc
     try:
-        return msgspec.json.decode(bytes(body))
+        return msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
         raise KeysUnavailable(f"{url} is not JSON: {exc}") from exc
 

@@ -37,19 +37,27 @@ class Issuer:
         self.keys: dict[str, tuple[Any, str]] = {}  # kid -> (private key, alg)
         self.published: list[str] = []
         self.requests = 0
+        self.jwks_path = "/jwks"  # "/moved" names a path that redirects to the key set
+        self.padding = 0  # bytes of white space after the key set
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/.well-known/openid-configuration":
-                    body = {"issuer": issuer.url, "jwks_uri": issuer.url + "/jwks"}
+                    body = {"issuer": issuer.url, "jwks_uri": issuer.url + issuer.jwks_path}
+                elif self.path == "/moved":
+                    self.send_response(302)
+                    self.send_header("Location", issuer.url + "/jwks")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 elif self.path == "/jwks":
                     issuer.requests += 1
                     body = {"keys": [public_jwk(issuer.keys[k][0], k, issuer.keys[k][1]) for k in issuer.published]}
                 else:
                     self.send_error(404)
                     return
-                data = json.dumps(body).encode()
+                data = json.dumps(body).encode() + b" " * (issuer.padding if self.path == "/jwks" else 0)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -209,3 +209,13 @@ def test_keys_already_read_keep_verifying_when_the_issuer_goes_away(issuer: Issu
 )
 def test_an_issuer_is_https_or_http_on_a_loopback_address(url: str, ok: bool) -> None:
     assert (issuer_problem(url) is None) == ok
+
+
+@pytest.mark.parametrize("change", ["redirect", "oversized"])
+def test_a_key_set_behind_a_redirect_or_too_large_is_not_read(issuer: Issuer, change: str) -> None:
+    if change == "redirect":
+        issuer.jwks_path = "/moved"
+    else:
+        issuer.padding = oidc.MAX_DOCUMENT_BYTES
+    with pytest.raises(KeysUnavailable):
+        verify(verifier(issuer), issuer.token("k1"))

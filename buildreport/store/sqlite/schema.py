@@ -280,12 +280,12 @@ def bulk_write(conn: sqlite3.Connection) -> Iterator[None]:
 # Indexes of builds that an import's writes never read (they look builds up by id and source id). Kept up
 # row by row, a million builds in random derivation order cost the import more than making them once, from
 # the sorted rows, after the last build is in: 55.2 s against 52.5 s, of which 5.0 s making them.
-DEFERRED_INDEXES = ("builds_by_time", "builds_by_derivation", "builds_by_stop", "builds_for_stats")
+DEFERRED_INDEXES = ("builds_by_time", "builds_by_derivation", "builds_by_stop", "builds_for_stats", "builds_by_name")
 # When a reading process prepares the rows (store.fresh_load), the inserting process has time to spare while it
 # waits for them: it keeps up the indexes whose keys arrive in about the order they sort (times of creation and
 # stop) as it goes, and makes only the one in derivation order at the end. A million builds (median of three
 # runs): 22.9 s, against 25.4 s with all four made at the end and 25.0 s with none.
-DEFERRED_BESIDE_READER = ("builds_by_derivation",)
+DEFERRED_BESIDE_READER = ("builds_by_derivation", "builds_by_name")  # the name index is in name order too
 
 
 @contextlib.contextmanager
