@@ -217,3 +217,10 @@ def test_the_exchange_answers_the_real_clients_curl_line(serve, tmp_path, issuer
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert httpx.get(f"{server.url}/builds", headers=auth(done.stdout)).status_code == 200
+
+
+def test_calls_without_a_token_are_rate_limited_by_client_address(env, issuer):
+    with client(env, issuer, rate_limit=2) as http:
+        answers = [exchange(http, issuer.token("k1")) for _ in range(3)]
+    assert [a.status_code for a in answers] == [401, 401, 429]
+    assert answers[0].headers["ratelimit-limit"] == "2" and "retry-after" in answers[2].headers
