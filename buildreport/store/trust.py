@@ -10,6 +10,23 @@ import msgspec
 
 from buildreport.store.queries import Query
 
+# The schema step of both engines: tokens got by exchanging a CI job's OIDC ID token keep its verified claims
+# (JSON); trusted CI identities (`token trust`) let a job whose claims match a policy exchange its ID token with no
+# token at all. `{schema}` is where the tokens are (PostgreSQL's schema `auth`; SQLite's tokens file).
+TABLES = """
+    ALTER TABLE {schema}tokens ADD COLUMN claims TEXT;
+    CREATE TABLE {schema}trust_policies (
+        policy_id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        issuer TEXT NOT NULL,
+        claims TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        lifetime_s {integer} NOT NULL,
+        created_us {integer} NOT NULL
+    );
+    CREATE INDEX trust_policies_by_issuer ON {schema}trust_policies (issuer, policy_id);
+"""
+
 
 class NewToken(msgspec.Struct, frozen=True):
     """A token the server issues: only its digest is stored."""

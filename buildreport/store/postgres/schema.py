@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from buildreport.store import day_figures, day_summaries
+from buildreport.store import day_figures, day_summaries, trust
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres.connection import MIGRATION_LOCK, PgConnection
 
@@ -135,23 +135,10 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     );
     """,
     _add_day_summaries,
-    # Tokens got by exchanging a CI job's OIDC ID token keep its verified claims; trusted CI identities.
-    """
-    ALTER TABLE auth.tokens ADD COLUMN claims TEXT;
-    CREATE TABLE auth.trust_policies (
-        policy_id TEXT PRIMARY KEY,
-        account TEXT NOT NULL,
-        issuer TEXT NOT NULL,
-        claims TEXT NOT NULL,
-        scopes TEXT NOT NULL,
-        lifetime_s BIGINT NOT NULL,
-        created_us BIGINT NOT NULL
-    );
-    CREATE INDEX trust_policies_by_issuer ON auth.trust_policies (issuer, policy_id);
-    """,
+    trust.TABLES.format(schema="auth.", integer="BIGINT"),  # OIDC claims of tokens, trusted CI identities
     # A badge shows the newest finished build of a derivation name (store.badges), whatever its store path's hash.
-    f"CREATE INDEX builds_by_name ON builds (account_id, ({POSTGRESQL.derivation_name}), create_us, build_id,"
-    " status, duration_us);",
+    f"CREATE INDEX IF NOT EXISTS builds_by_name ON builds (account_id, ({POSTGRESQL.derivation_name}), create_us,"
+    " build_id, status, duration_us);",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
-from buildreport.store import day_figures, day_summaries, tag_totals
+from buildreport.store import day_figures, day_summaries, tag_totals, trust
 from buildreport.store.dialect import SQLITE
 from buildreport.store.errors import DatabaseError
 from buildreport.store.sqlite.writelock import lock_path
@@ -174,8 +174,8 @@ MIGRATIONS += (
     + day_figures.FILL,
     _add_day_summaries,
     # A badge shows the newest finished build of a derivation name (store.badges), whatever its store path's hash.
-    f"CREATE INDEX builds_by_name ON builds (account_id, ({SQLITE.derivation_name}), create_us, build_id, status,"
-    " duration_us);",
+    f"CREATE INDEX IF NOT EXISTS builds_by_name ON builds (account_id, ({SQLITE.derivation_name}), create_us,"
+    " build_id, status, duration_us);",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -199,21 +199,7 @@ AUTH_MIGRATIONS: tuple[str, ...] = (
         last_used_us INTEGER
     );
     """,
-    # Tokens got by exchanging a CI job's OIDC ID token keep its verified claims (JSON); trusted CI identities
-    # (`token trust`) let a job whose claims match a policy exchange its ID token with no token at all.
-    """
-    ALTER TABLE tokens ADD COLUMN claims TEXT;
-    CREATE TABLE trust_policies (
-        policy_id TEXT PRIMARY KEY,
-        account TEXT NOT NULL,
-        issuer TEXT NOT NULL,
-        claims TEXT NOT NULL,
-        scopes TEXT NOT NULL,
-        lifetime_s INTEGER NOT NULL,
-        created_us INTEGER NOT NULL
-    );
-    CREATE INDEX trust_policies_by_issuer ON trust_policies (issuer, policy_id);
-    """,
+    trust.TABLES.format(schema="", integer="INTEGER"),  # OIDC claims of tokens, trusted CI identities
 )
 # Tokens of a database made before they moved: copied once, before migration 1 -> 2 drops them.
 _MOVE_TOKENS = """
