@@ -224,3 +224,18 @@ def test_calls_without_a_token_are_rate_limited_by_client_address(env, issuer):
         answers = [exchange(http, issuer.token("k1")) for _ in range(3)]
     assert [a.status_code for a in answers] == [401, 401, 429]
     assert answers[0].headers["ratelimit-limit"] == "2" and "retry-after" in answers[2].headers
+
+
+def test_each_decision_is_logged_without_the_id_token_or_any_token(env, issuer, caplog):
+    old = env.token("acme")
+    id_token = issuer.token("k1")
+    with caplog.at_level("INFO", logger="buildreport.oidc"), client(env, issuer) as http:
+        new = exchange(http, id_token, old).text
+        exchange(http, issuer.token("k1", aud="x"), old)
+        exchange(http, issuer.token("k2"))
+    messages = [r.getMessage() for r in caplog.records if r.name == "buildreport.oidc"]
+    assert len(messages) == 3, messages
+    assert "issued" in messages[0] and "account acme" in messages[0] and "subject repo:acme/web" in messages[0]
+    assert "refused (audience)" in messages[1] and "refused (no_policy)" in messages[2]
+    for secret in (old, new, id_token, id_token.split(".")[2]):
+        assert not any(secret in message for message in messages)
