@@ -3,6 +3,8 @@ CI identities, refusals with their reasons, claims kept with the token and turne
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import subprocess
 import time
 from collections.abc import Iterator
@@ -99,6 +101,18 @@ def test_the_new_token_expires_with_the_old_one_when_that_is_sooner(env, issuer)
     assert token_row(env, new)[2] <= (time.time() + 600) * US_PER_SECOND
 
 
+def hmac_with_public_key(issuer: Issuer) -> str:
+    """HS256 "signed" with the issuer's RSA public key, which anyone can read from its key set."""
+    from cryptography.hazmat.primitives import serialization
+    from test_oidc import b64, hand_made
+
+    public = issuer.keys["k1"][0].public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    head, _ = hand_made({"alg": "HS256", "kid": "k1", "typ": "JWT"}, issuer.claims())
+    return head + "." + b64(hmac.new(public, head.encode(), hashlib.sha256).digest())
+
+
 @pytest.mark.parametrize(
     ("make", "words"),
     [
@@ -110,6 +124,8 @@ def test_the_new_token_expires_with_the_old_one_when_that_is_sooner(env, issuer)
         (lambda i: "x" * 9000, "longer than"),
         (lambda i: "not a jwt", "not a signed JWT"),
         (lambda i: "eyJhbGciOiJub25lIn0.eyJpc3MiOiJ4In0.", "algorithm"),
+        (lambda i: hmac_with_public_key(i), "algorithm 'HS256' is not accepted"),
+        (lambda i: i.token("k1", headers={"kid": "unknown"}), "which the issuer does not publish"),
     ],
 )
 def test_bad_id_tokens_are_401_with_the_reason(env, issuer, make, words):
