@@ -24,12 +24,13 @@ demo: $(RUN_STAMP)
 	$(BIN)/buildreport demo
 
 # Debian packages beside Python: chromium for the browser tests, postgresql for the PostgreSQL tests (the suite
-# starts its own cluster), wrk for the benchmark (apt-get when root).
+# starts its own cluster), curl for nixbuild-action's own token exchange line, wrk for the benchmark (apt-get when
+# root).
 deps:
-	sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql wrk
+	sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql curl wrk
 
 test: $(STAMP)
-	@sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql
+	@sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql curl
 	$(BIN)/ruff check buildreport tests
 	$(BIN)/python -m pytest
 
