@@ -12,10 +12,11 @@ from buildreport.store.queries import Query
 
 # The schema step of both engines: tokens got by exchanging a CI job's OIDC ID token keep its verified claims
 # (JSON); trusted CI identities (`token trust`) let a job whose claims match a policy exchange its ID token with no
-# token at all. `{schema}` is where the tokens are (PostgreSQL's schema `auth`; SQLite's tokens file).
+# token at all. `{schema}` is where the tokens are (PostgreSQL's schema `auth`; SQLite's tokens file). Taken
+# again it changes nothing where the engine can say so (SQLite's ALTER TABLE has no IF NOT EXISTS).
 TABLES = """
-    ALTER TABLE {schema}tokens ADD COLUMN claims TEXT;
-    CREATE TABLE {schema}trust_policies (
+    ALTER TABLE {schema}tokens ADD COLUMN {if_not_exists}claims TEXT;
+    CREATE TABLE IF NOT EXISTS {schema}trust_policies (
         policy_id TEXT PRIMARY KEY,
         account TEXT NOT NULL,
         issuer TEXT NOT NULL,
@@ -24,7 +25,7 @@ TABLES = """
         lifetime_s {integer} NOT NULL,
         created_us {integer} NOT NULL
     );
-    CREATE INDEX trust_policies_by_issuer ON {schema}trust_policies (issuer, policy_id);
+    CREATE INDEX IF NOT EXISTS trust_policies_by_issuer ON {schema}trust_policies (issuer, policy_id);
 """
 
 

@@ -135,7 +135,7 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     );
     """,
     _add_day_summaries,
-    trust.TABLES.format(schema="auth.", integer="BIGINT"),  # OIDC claims of tokens, trusted CI identities
+    trust.TABLES.format(schema="auth.", integer="BIGINT", if_not_exists="IF NOT EXISTS "),  # OIDC claims, trust
     # A badge shows the newest finished build of a derivation name (store.badges), whatever its store path's hash.
     f"CREATE INDEX IF NOT EXISTS builds_by_name ON builds (account_id, ({POSTGRESQL.derivation_name}), create_us,"
     " build_id, status, duration_us);",

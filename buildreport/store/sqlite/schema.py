@@ -199,7 +199,7 @@ AUTH_MIGRATIONS: tuple[str, ...] = (
         last_used_us INTEGER
     );
     """,
-    trust.TABLES.format(schema="", integer="INTEGER"),  # OIDC claims of tokens, trusted CI identities
+    trust.TABLES.format(schema="", integer="INTEGER", if_not_exists=""),  # OIDC claims of tokens, trusted CI identities
 )
 # Tokens of a database made before they moved: copied once, before migration 1 -> 2 drops them.
 _MOVE_TOKENS = """
