@@ -77,3 +77,20 @@ def test_token_list_shows_an_exchanged_tokens_issuer_and_subject(env):
     listed = run("token", "list", "--db", str(env.db))
     assert listed.returncode == 0, listed.stderr
     assert "token.actions.githubusercontent.com sub=repo:acme/web:ref:refs/heads/main" in listed.stdout
+
+
+def test_a_tokens_file_from_before_trusted_identities_is_brought_up_to_date(tmp_path):
+    import sqlite3
+
+    from buildreport.store.sqlite.schema import AUTH_MIGRATIONS, auth_path, open_database
+
+    open_database(tmp_path / "t.db").close()
+    old = sqlite3.connect(auth_path(tmp_path / "t.db"))
+    old.executescript("DROP TABLE trust_policies; ALTER TABLE tokens DROP COLUMN claims;")
+    before = next(version for version, step in enumerate(AUTH_MIGRATIONS) if "trust_policies" in step)
+    old.execute(f"PRAGMA user_version = {before}")
+    old.commit()
+    old.close()
+    listed = run("token", "trust", "list", "--db", str(tmp_path / "t.db"))
+    assert listed.returncode == 0, listed.stderr
+    assert run("token", "list", "--db", str(tmp_path / "t.db")).returncode == 0
