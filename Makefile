@@ -24,9 +24,10 @@ demo: $(RUN_STAMP)
 	$(BIN)/buildreport demo
 
 # Debian packages beside Python: chromium for the browser tests, postgresql for the PostgreSQL tests (the suite
-# starts its own cluster), systemd for systemd-analyze (the unit tests), wrk for the benchmark (apt-get when root).
+# starts its own cluster), systemd for systemd-analyze (the unit tests), curl for nixbuild-action's own token
+# exchange line, wrk for the benchmark (apt-get when root).
 deps:
-	sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd wrk debootstrap
+	sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd curl wrk debootstrap
 
 # Nix 2.26 (Debian trixie) and 2.34 (sid) for the recorder tests, each in a chroot kept in
 # /var/cache/buildreport-nix (BUILDREPORT_NIX_CACHE) and made again only when missing or broken (needs root).
@@ -35,7 +36,7 @@ nix-chroots:
 	@sh .ci/nix_chroot.sh trixie sid || [ "$$CI" != true ]
 
 test: $(STAMP)
-	@sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd debootstrap
+	@sh .ci/debian_deps.sh chromium nix-bin openssh-server postgresql systemd curl debootstrap
 	@$(MAKE) --no-print-directory nix-chroots
 	$(BIN)/ruff check buildreport tests
 	$(BIN)/python -m pytest

@@ -17,6 +17,7 @@ from litestar.params import PathParameter, QueryParameter
 from buildreport import answers, filters, ingestion, metrics
 from buildreport.answers import Pairs, RawHeaders, json_headers, raw_headers
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
+from buildreport.exchange import claim_tags
 from buildreport.models import (
     Build,
     BuildRecord,
@@ -367,8 +368,9 @@ async def write_builds(request: Request[Any, Any, Any]) -> Response[bytes]:
     body = await ingestion.read_body(
         request.stream(), int(declared) if declared and declared.isdigit() else None, settings.max_body_bytes
     )
+    trusted = claim_tags(settings.oidc_claim_tags, _principal(request).claims)  # the body cannot override them
     records = await asyncio.to_thread(
-        ingestion.decode_body, body, kind, encoding, settings.max_body_bytes, settings.max_records
+        ingestion.decode_body, body, kind, encoding, settings.max_body_bytes, settings.max_records, trusted
     )
     writes: Writes = request.app.state.writes
     try:
@@ -385,12 +387,16 @@ def api_auth(rate_limit: int) -> AuthMiddleware:
 
 
 def api_router(auth: AuthMiddleware) -> Router:
+    from buildreport.badges import get_badge_url
+    from buildreport.exchange import exchange_handlers
     from buildreport.insights_api import insight_handlers  # it builds on this module's helpers
 
     return Router(
         path="/",
         route_handlers=[
-            list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds, *insight_handlers()
+            list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds, *insight_handlers(),
+            *exchange_handlers(),
+            get_badge_url,
         ],
         middleware=[auth],
         opt={"scope": READ_SCOPE},

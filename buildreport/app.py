@@ -25,6 +25,7 @@ from buildreport.envelope import Envelope, request_id
 from buildreport.errors import Problem
 from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
+from buildreport.oidc import Verifier
 from buildreport.signing import DashboardSigner, LinkSigner
 from buildreport.store import engine_errors, open_database, open_reader
 from buildreport.store.errors import DatabaseUnavailable
@@ -138,6 +139,7 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
             await app.state.writes.close()
             await app.state.reader.close()
 
+    from buildreport.badges import BadgeSigner, badge_router
     from buildreport.dashboard import dashboard_router
     from buildreport.metrics import metrics_router, prometheus_config, worker_stopped
     from buildreport.web import web_router  # the signed page is a second face over the same reader
@@ -146,6 +148,7 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
         route_handlers=[
             api_router(auth),
             web_router(),
+            badge_router(),
             dashboard_router(),
             metrics_router(),
             healthz,
@@ -170,7 +173,9 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
         openapi_config=_openapi(),
         # `link_limits` counts the signed page's and log's requests, routed or answered before routing.
         state=State({"settings": settings, "signer": signer, "dashboard_signer": DashboardSigner(keys),
-                     "link_limits": _link_limits(settings)}),
+                     "link_limits": _link_limits(settings),
+                     "oidc": Verifier(settings.oidc_issuers, settings.oidc_audience),
+                     "badge_signer": BadgeSigner(keys)}),
         logging_config=None,
         debug=False,
     )

@@ -27,6 +27,8 @@ class Principal(msgspec.Struct, frozen=True):
     account_id: int
     account: str
     scopes: frozenset[str]
+    expires_us: int = 0
+    claims: str | None = None  # the verified OIDC claims (JSON) of a token got by an exchange
 
 
 def _unauthorized(detail: str, *, presented: bool) -> Problem:
@@ -138,18 +140,26 @@ class AuthMiddleware(ASGIMiddleware):
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         reader: Reader = getattr(scope["litestar_app"].state, self.reader_key)
         now = time.time()
-        required = scope["route_handler"].opt.get("scope", READ_SCOPE)
-        row = await self.authenticate(reader, scope["headers"], required, now)
-        extra = self.admit(reader, row, now)
-        scope["auth"] = Principal(row.token_id, row.account_id, row.account, row.scopes)
+        opt = scope["route_handler"].opt
+        if opt.get("token_optional") and not any(key == b"authorization" for key, _ in scope["headers"]):
+            # A route that also serves callers without a token (the OIDC token exchange): limited by address.
+            client = scope.get("client")
+            extra = self.limiter.hit(f"client {client[0] if client else ''}", now) if self.limiter else {}
+            scope["auth"] = None
+        else:
+            row = await self.authenticate(reader, scope["headers"], opt.get("scope", READ_SCOPE), now)
+            extra = self.admit(reader, row, now)
+            scope["auth"] = Principal(row.token_id, row.account_id, row.account, row.scopes, row.expires_us, row.claims)
         await next_app(scope, receive, with_headers(send, extra) if extra else send)
 
     async def authenticate(
-        self, reader: Reader, headers: list[tuple[bytes, bytes]], required: str, now: float
+        self, reader: Reader, headers: list[tuple[bytes, bytes]], required: str | None, now: float
     ) -> TokenRow:
-        """The token of a request's headers, known, current and holding the `required` scope; else a 401 or 403."""
+        """The token of a request's headers, known, current and holding the `required` scope (any token for None);
+        else a 401 or 403."""
         row = check_token(await self.tokens.lookup(reader, digest(bearer_secret(headers))), int(now * US_PER_SECOND))
-        require_scope(row, required)
+        if required is not None:
+            require_scope(row, required)
         return row
 
     def admit(self, reader: Reader, row: TokenRow, now: float) -> dict[str, str]:

@@ -35,6 +35,7 @@ from buildreport.cli_shared import (
     opened_dbs,
     when,
 )
+from buildreport.cli_trust import oidc_options, token_claims, trust
 from buildreport.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_RATE_LIMIT, Settings
 from buildreport.faults import printable
 from buildreport.store import (
@@ -202,6 +203,7 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
                      help="Retention removes only the logs of those builds."),
         click.option("--keep-usage/--drop-usage", default=True, show_default=True, envvar="BUILDREPORT_KEEP_USAGE",
                      help="Retention keeps the billable usage of the builds it removes."),
+        *oidc_options(),
     ]
     for option in reversed(options):
         func = option(func)
@@ -593,13 +595,14 @@ def token_list(db: str) -> None:
     conn = open_tokens(db)
     rows = list_tokens(conn)
     conn.close()
-    header = ("ID", "ACCOUNT", "SCOPES", "LABEL", "CREATED", "EXPIRES", "LAST USED", "REVOKED")
+    header = ("ID", "ACCOUNT", "SCOPES", "LABEL", "OIDC", "CREATED", "EXPIRES", "LAST USED", "REVOKED")
     table = [header] + [
         (
             printable(t.token_id),
             printable(t.account),
             printable(",".join(t.scopes.split())),
             printable(t.label) or "-",
+            token_claims(t.claims),
             when(t.created_us),
             when(t.expires_us),
             when(t.last_used_us),
@@ -610,6 +613,9 @@ def token_list(db: str) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+token.add_command(trust)
 
 
 @token.command("revoke")

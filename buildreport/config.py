@@ -55,6 +55,9 @@ class Settings(msgspec.Struct, frozen=True):
     retention_us: int | None = None  # once a day, prune builds created longer ago than this (retention.py)
     retention_logs_only: bool = False  # retention removes only their logs
     keep_usage: bool = True  # retention keeps the billable usage of the builds it removes
+    oidc_issuers: tuple[str, ...] = ()  # whose ID tokens /auth/oidc-token-exchange takes (see exchange.py)
+    oidc_audience: str = "nixbuild.net"
+    oidc_claim_tags: tuple[str, ...] = ()  # ISSUER_OR_*:CLAIM=TAG
 
     @property
     def base_url(self) -> str:

@@ -262,6 +262,41 @@ def parse_ttl(pairs: Pairs) -> int:
     return ttl
 
 
+MAX_BADGE_TTL_SECONDS = 10 * 366 * 86_400  # ten years
+DEFAULT_BADGE_TTL_SECONDS = 365 * 86_400
+MAX_DERIVATION_NAME = 1_000
+
+
+class BadgeSeries(msgspec.Struct, frozen=True, array_like=True):
+    """What a badge shows the newest finished build of: a derivation name, optionally a system and tags."""
+
+    derivation: str
+    system: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
+
+
+def _parse_text(params: _Params, name: str, required: bool) -> str | None:
+    text = params.single(name)
+    if text is None:
+        if required:
+            params.fail(name, "is required")
+    elif not text or len(text) > MAX_DERIVATION_NAME or "\x00" in text:
+        params.fail(name, f"must be 1 to {MAX_DERIVATION_NAME} characters without NUL")
+        return None
+    return text
+
+
+def parse_badge_query(pairs: Pairs) -> tuple[BadgeSeries, int]:
+    """Parameters of GET /badges/url: the series and the link's lifetime in seconds."""
+    params = _Params(pairs, ("derivation", "system", "tags", "ttl_seconds"), ("tags",))
+    derivation = _parse_text(params, "derivation", True)
+    system = _parse_text(params, "system", False)
+    tags = _parse_tags(params)
+    ttl = _parse_int(params, "ttl_seconds", 1, MAX_BADGE_TTL_SECONDS, DEFAULT_BADGE_TTL_SECONDS)
+    params.raise_if_failed()
+    return BadgeSeries(derivation or "", system, tags), ttl
+
+
 def parse_no_params(pairs: Pairs) -> None:
     params = _Params(pairs, ())
     params.raise_if_failed()

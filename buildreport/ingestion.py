@@ -14,7 +14,7 @@ import msgspec
 
 from buildreport.errors import Problem
 from buildreport.ingest import check_links, check_record, decode_error
-from buildreport.models import BuildRecord, InvalidRecord
+from buildreport.models import MAX_TAGS, BuildRecord, InvalidRecord
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -171,13 +171,28 @@ def decode_record(raw: bytes) -> BuildRecord:
         return msgspec.convert(_whole_numbers(msgspec.json.decode(raw)), BuildRecord)
 
 
-def parse_records(body: bytes, kind: str, max_records: int) -> list[BuildRecord]:
-    """Every record of a body, or InvalidRecords naming each bad one (its 0-based position among the records)."""
+def with_trusted_tags(record: BuildRecord, trusted: dict[str, str]) -> BuildRecord:
+    """The record with the tags its token's claims vouch for (an exchanged token's): they win over the body's."""
+    if not trusted:
+        return record
+    tags = {**record.tags, **trusted}
+    if len(tags) > MAX_TAGS:
+        raise msgspec.ValidationError(
+            f"at most {MAX_TAGS} tags, counting the {len(trusted)} the token's OIDC claims add - at `$.tags`"
+        )
+    return msgspec.structs.replace(record, tags=tags)
+
+
+def parse_records(
+    body: bytes, kind: str, max_records: int, trusted: dict[str, str] | None = None
+) -> list[BuildRecord]:
+    """Every record of a body, or InvalidRecords naming each bad one (its 0-based position among the records).
+    `trusted` tags are set on every record, over any the body gives them."""
     invalid: list[InvalidRecord] = []
     records: list[BuildRecord] = []
     for index, raw in enumerate(split_records(body, kind, max_records)):
         try:
-            record = decode_record(raw)
+            record = with_trusted_tags(decode_record(raw), trusted or {})
         except msgspec.MsgspecError as exc:
             invalid.append(InvalidRecord(index, *_field_reason(exc)))
             continue
@@ -201,8 +216,11 @@ def parse_records(body: bytes, kind: str, max_records: int) -> list[BuildRecord]
     return records
 
 
-def decode_body(body: bytes, kind: str, encoding: str, max_body_bytes: int, max_records: int) -> list[BuildRecord]:
+def decode_body(
+    body: bytes, kind: str, encoding: str, max_body_bytes: int, max_records: int,
+    trusted: dict[str, str] | None = None,
+) -> list[BuildRecord]:
     """Inflate (when gzip) and parse a request body; CPU work, run off the event loop."""
     if encoding == "gzip":
         body = inflate(body, max_body_bytes)
-    return parse_records(body, kind, max_records)
+    return parse_records(body, kind, max_records, trusted)

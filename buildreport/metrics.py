@@ -132,6 +132,7 @@ class _Live:
     def __init__(self) -> None:
         self._written: Counter | None = None
         self._connections: Gauge | None = None
+        self._exchanges: Counter | None = None
 
     @property
     def written(self) -> Counter:
@@ -152,7 +153,22 @@ class _Live:
         return self._connections
 
 
+    @property
+    def exchanges(self) -> Counter:
+        if self._exchanges is None:
+            self._exchanges = Counter(
+                f"{PREFIX}_oidc_exchanges",
+                "OIDC token exchanges: issued (by a token or a trusted identity) or refused, and why.",
+                ["outcome", "reason"],
+            )
+        return self._exchanges
+
+
 LIVE = _Live()
+
+
+def count_exchange(outcome: str, reason: str) -> None:
+    LIVE.exchanges.labels(outcome, reason).inc()
 
 
 def count_written(created: int, updated: int, unchanged: int) -> None:

@@ -168,6 +168,13 @@ class BuildURL(msgspec.Struct):
     expires_at: datetime
 
 
+class BadgeURL(msgspec.Struct):
+    """A signed, long-lived address of a badge (SVG) of a series' newest finished build; it needs no token."""
+
+    url: str
+    expires_at: datetime
+
+
 class Usage(msgspec.Struct):
     """Billable usage over a range of stop dates."""
 

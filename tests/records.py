@@ -65,3 +65,14 @@ ALTER TABLE builds DROP COLUMN queue_text;
 CREATE INDEX builds_by_time ON builds (account_id, create_us, build_id);
 CREATE INDEX builds_by_derivation ON builds (account_id, derivation_path, create_us, build_id);
 """
+
+
+def version_before(marker: str) -> int:
+    """The schema version just before the SQLite migration step that holds `marker` (or is the function of that
+    name): steps are positional, and steps appended later must not move what a test takes back."""
+    from buildreport.store.sqlite.schema import MIGRATIONS
+
+    for version, step in enumerate(MIGRATIONS):
+        if (marker in step) if isinstance(step, str) else step.__name__ == marker:
+            return version
+    raise LookupError(marker)

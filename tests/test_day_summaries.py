@@ -8,7 +8,7 @@ import pytest
 from conftest import record, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
-from records import WITHOUT_DAY_SUMMARIES
+from records import WITHOUT_DAY_SUMMARIES, version_before
 from test_day_figures import at
 
 from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
@@ -17,7 +17,7 @@ from buildreport.models import UNFINISHED, BuildStatus, Percentiles
 from buildreport.stats import _joined
 from buildreport.store import day_summaries
 from buildreport.store import open_database as store_database
-from buildreport.store.sqlite.schema import MIGRATIONS, open_database
+from buildreport.store.sqlite.schema import open_database
 from buildreport.times import US_PER_DAY
 
 numbers = st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False)
@@ -127,9 +127,7 @@ def test_the_migration_gives_each_day_the_summary_a_fresh_import_writes(tmp_path
 
     old = sqlite3.connect(tmp_path / "t.db")
     old.executescript(WITHOUT_DAY_SUMMARIES)
-    # The version before the step that adds day summaries, wherever later steps put it.
-    step = next(i for i, s in enumerate(MIGRATIONS) if getattr(s, "__name__", "") == "_add_day_summaries")
-    old.execute(f"PRAGMA user_version = {step}")
+    old.execute(f"PRAGMA user_version = {version_before('_add_day_summaries')}")
     old.commit()
     old.close()
 

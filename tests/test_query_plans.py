@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
+from buildreport.filters import BadgeSeries, BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildStatus
-from buildreport.store import day_figures, day_summaries, prune, queries, stats_queries, tag_totals
-from buildreport.store.dialect import POSTGRESQL
+from buildreport.store import badges, day_figures, day_summaries, prune, queries, stats_queries, tag_totals, trust
+from buildreport.store.dialect import POSTGRESQL, SQLITE
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
 from buildreport.store.sqlite.schema import attach_auth, open_database
@@ -22,6 +22,11 @@ FILTERS = {
     "one tag": BuildFilter(create_from_us=1, tags=(("project", "web"),)),
     "two tags and status": BuildFilter(create_from_us=1, tags=(("a", "1"), ("b", "2")), statuses=(BuildStatus.built,)),
     "derivation": BuildFilter(create_from_us=1, derivation_path="/nix/store/x.drv"),
+}
+
+BADGE_SERIES = {
+    "derivation name": BadgeSeries("hello-2.12"),
+    "system and tags": BadgeSeries("hello-2.12", "x86_64-linux", (("branch", "main"), ("ci", "1"))),
 }
 
 QUERIES = {
@@ -61,6 +66,8 @@ QUERIES = {
     "one build": queries.get_build(1, 5),
     "log": queries.get_log(1, 5),
     "token": queries.token_by_digest(b"x" * 32),
+    "trusted CI identities of an issuer": trust.policies_of("https://token.actions.githubusercontent.com"),
+    **{f"badge, {name}": badges.newest_finished(1, series, SQLITE) for name, series in BADGE_SERIES.items()},
     "builds by source id (POST /builds)": builds_by_source(1, ["runner-1:a", "runner-1:b"]),
     **{
         f"stats by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind, "project" if kind == "tag" else None))
@@ -163,7 +170,7 @@ def test_metrics_walk_only_the_accounts_and_read_totals_by_key(conn, query):
 
 # --- the same on PostgreSQL: its list and statistics queries where they differ, every other query as shared ----
 
-_ENGINE_OWN = ("stats by ", "usage by ", "newest builds", "export bodies,")
+_ENGINE_OWN = ("stats by ", "usage by ", "newest builds", "export bodies,", "badge, ")
 PG_QUERIES = {
     # SQLite's statistics walk its indexes (store/stats_queries.py); PostgreSQL has its own (store/postgres/).
     **{name: query for name, query in QUERIES.items() if not name.startswith(_ENGINE_OWN)},
@@ -194,6 +201,7 @@ PG_QUERIES = {
         for name, to in (("open", None), ("closed", 2))
     },
     "export bodies, one query": postgres_stats.body_parts([3, 1, 2, 4])[0],
+    **{f"badge, {name}": badges.newest_finished(1, series, POSTGRESQL) for name, series in BADGE_SERIES.items()},
 }
 
 
@@ -248,3 +256,16 @@ def test_each_further_tag_pair_is_one_lookup_by_its_whole_key_on_postgresql(pg_c
     for key in ("GITHUB_RUN_ATTEMPT", "repo"):
         (lookup,) = [c for c in conditions if f"'{key}'" in c]
         assert "create_us = t.create_us" in lookup and "build_id = t.build_id" in lookup, conditions
+
+
+@pytest.mark.parametrize("name", list(BADGE_SERIES))
+def test_a_badge_walks_the_derivation_name_index_newest_first(conn, pg_conn, name):
+    """The newest finished build of a derivation name is the first of its index range, on either engine."""
+    sql, params = badges.newest_finished(1, BADGE_SERIES[name], SQLITE)
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+    assert plan[0].startswith("SEARCH builds USING INDEX builds_by_name"), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan
+    sql, params = badges.newest_finished(1, BADGE_SERIES[name], POSTGRESQL)
+    ((document,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
+    text = document if isinstance(document, str) else json.dumps(document)
+    assert "builds_by_name" in text and '"Sort"' not in text, text

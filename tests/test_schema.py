@@ -10,11 +10,11 @@ import time
 import msgspec
 import pytest
 from conftest import buildreport_command, record, write_jsonl
-from records import WITHOUT_STATS_COLUMNS, WITHOUT_TAG_FIGURES
+from records import WITHOUT_STATS_COLUMNS, WITHOUT_TAG_FIGURES, version_before
 
 from buildreport.ingest import ImportFailed, import_files
 from buildreport.models import Build
-from buildreport.store.sqlite.schema import DEFERRED_INDEXES, MIGRATIONS, SCHEMA_VERSION, open_database
+from buildreport.store.sqlite.schema import DEFERRED_INDEXES, SCHEMA_VERSION, open_database
 from buildreport.store.writer import body_hash
 
 STATUS_MIGRATION = 2  # the version whose builds carry `status` beside `build_status`
@@ -34,11 +34,6 @@ def _stats_columns(db) -> list[tuple]:
     return rows
 
 
-def step_of(text: str) -> int:
-    """The schema version before the migration step whose script holds `text` (steps are appended over time)."""
-    return next(i for i, step in enumerate(MIGRATIONS) if isinstance(step, str) and text in step)
-
-
 def test_migration_gives_stored_builds_the_numbers_statistics_read_exactly_as_a_fresh_import_writes_them(tmp_path):
     records = [
         record(1, duration_seconds=0.1 + 0.2, queue_time_seconds=1e-7),
@@ -53,7 +48,7 @@ def test_migration_gives_stored_builds_the_numbers_statistics_read_exactly_as_a_
 
     old = sqlite3.connect(tmp_path / "t.db")
     old.executescript(WITHOUT_STATS_COLUMNS)
-    old.execute(f"PRAGMA user_version = {step_of('ADD COLUMN duration_text')}")
+    old.execute(f"PRAGMA user_version = {version_before('duration and queue time as its JSON writes them')}")
     old.commit()
     old.close()
 
@@ -106,7 +101,7 @@ def test_migration_gives_tag_rows_and_days_their_figures_as_a_fresh_import_write
 
     old = sqlite3.connect(tmp_path / "t.db")
     old.executescript(WITHOUT_TAG_FIGURES)
-    old.execute(f"PRAGMA user_version = {step_of('ALTER TABLE build_tags ADD COLUMN status')}")
+    old.execute(f"PRAGMA user_version = {version_before('Each tag row carries its build')}")
     old.commit()
     old.close()
 

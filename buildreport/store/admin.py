@@ -16,6 +16,7 @@ class TokenInfo(msgspec.Struct):
     expires_us: int
     revoked_us: int | None
     last_used_us: int | None
+    claims: str | None = None  # of a token got by an OIDC token exchange (JSON)
 
 
 def insert_token(
@@ -39,7 +40,7 @@ def insert_token(
 
 def list_tokens(conn: sqlite3.Connection) -> list[TokenInfo]:
     rows = conn.execute(
-        "SELECT token_id, account, scopes, label, created_us, expires_us, revoked_us, last_used_us"
+        "SELECT token_id, account, scopes, label, created_us, expires_us, revoked_us, last_used_us, claims"
         " FROM tokens ORDER BY created_us, token_id"
     ).fetchall()
     return [TokenInfo(*row) for row in rows]

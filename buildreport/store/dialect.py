@@ -13,12 +13,30 @@ class Dialect(msgspec.Struct, frozen=True):
     body_array: str
     # The pages' body digests joined with commas, in the same order.
     hash_list: str
+    # A build's derivation name (stats.derivation_name: `/nix/store/<hash>-hello-2.12.drv` gives `hello-2.12`), from
+    # `derivation_path`; the index `builds_by_name` is over this very expression.
+    derivation_name: str = ""
+    # A build's `system`, from its stored JSON `body`.
+    system: str = ""
+
+
+def _sqlite_derivation_name() -> str:
+    """Built-in functions only, so that the index over it needs nothing registered: the base name is what follows
+    the last `/` (rtrim strips every character but `/` from the end), less `.drv`, then what follows its first `-`."""
+    base = "substr(derivation_path, length(rtrim(derivation_path, replace(derivation_path, '/', ''))) + 1)"
+    stem = f"(CASE WHEN substr({base}, -4) = '.drv' THEN substr({base}, 1, length({base}) - 4) ELSE {base} END)"
+    return (
+        f"(CASE WHEN instr({stem}, '-') BETWEEN 1 AND length({stem}) - 1"
+        f" THEN substr({stem}, instr({stem}, '-') + 1) ELSE {stem} END)"
+    )
 
 
 SQLITE = Dialect(
     name="sqlite",
     body_array="CAST('[' || group_concat(body, ',') || ']' AS BLOB)",
     hash_list="group_concat(body_hash)",
+    derivation_name=_sqlite_derivation_name(),
+    system="body ->> '$.system'",
 )
 
 # Aggregates in PostgreSQL keep no input order of their own: it is asked for.
@@ -26,5 +44,10 @@ POSTGRESQL = Dialect(
     name="postgresql",
     body_array="'['::bytea || coalesce(string_agg(body, ','::bytea ORDER BY k1 DESC, k2 DESC), '') || ']'::bytea",
     hash_list="string_agg(body_hash::text, ',' ORDER BY k1 DESC, k2 DESC)",
+    derivation_name=(
+        r"regexp_replace(regexp_replace(regexp_replace(derivation_path, '^.*/', ''), '\.drv$', ''),"
+        r" '^[^-]*-(.+)$', '\1')"
+    ),
+    system="convert_from(body, 'UTF8')::json ->> 'system'",
 )
 

@@ -37,7 +37,8 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tag_pairs", ("account_id", "key", "value")),
     ("tag_daily_totals", ("account_id", "key", "value", *_TOTALS[1:])),
     ("auth.tokens", ("token_id", "account", "digest", "scopes", "label", "created_us", "expires_us", "revoked_us",
-                     "last_used_us")),
+                     "last_used_us", "claims")),
+    ("auth.trust_policies", ("policy_id", "account", "issuer", "claims", "scopes", "lifetime_s", "created_us")),
 )  # fmt: skip
 BATCH = 5_000
 # What must agree after the copy, per account: the builds and their sums, and the kept totals' sums.
@@ -78,7 +79,7 @@ def migrate(source: Path | str, target: str, on_table: Callable[[str, int], None
         started = time.perf_counter()
         src.execute("BEGIN")  # one consistent picture of the source
         with dst.raw.transaction():
-            dst.raw.execute("TRUNCATE auth.tokens, auth.signing_keys")
+            dst.raw.execute("TRUNCATE auth.tokens, auth.trust_policies, auth.signing_keys")
             for table, columns in TABLES:
                 copied[table] = _copy_table(src, dst.raw, table, columns)
                 if on_table is not None:

@@ -232,7 +232,7 @@ def token_by_digest(digest: bytes) -> Query:
     return (
         # An account without builds has no id yet: 0 matches no build.
         "SELECT t.token_id, coalesce(a.account_id, 0), t.account, t.scopes, t.expires_us, t.revoked_us,"
-        " t.last_used_us FROM auth.tokens t LEFT JOIN accounts a ON a.name = t.account WHERE t.digest = ?",
+        " t.last_used_us, t.claims FROM auth.tokens t LEFT JOIN accounts a ON a.name = t.account WHERE t.digest = ?",
         [digest],
     )
 

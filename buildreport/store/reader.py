@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
-from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
+from buildreport.filters import BadgeSeries, BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildSummary, Usage
-from buildreport.store import queries, stats_queries, tag_totals
+from buildreport.store import badges, queries, stats_queries, tag_totals, trust
 from buildreport.store.dialect import Dialect
 from buildreport.times import US_PER_SECOND
 
@@ -36,6 +36,7 @@ class TokenRow(msgspec.Struct, frozen=True):
     expires_us: int
     revoked_us: int | None
     last_used_us: int | None
+    claims: str | None = None  # the verified OIDC claims (JSON) of a token got by exchanging an ID token
 
 
 class BuildPage(msgspec.Struct):
@@ -148,8 +149,27 @@ class Reader(abc.ABC):
         rows = await self._key(queries.token_by_digest(digest))
         if not rows:
             return None
-        token_id, account_id, account, scopes, expires_us, revoked_us, last_used_us = rows[0]
-        return TokenRow(token_id, account_id, account, frozenset(scopes.split()), expires_us, revoked_us, last_used_us)
+        token_id, account_id, account, scopes, expires_us, revoked_us, last_used_us, claims = rows[0]
+        return TokenRow(
+            token_id, account_id, account, frozenset(scopes.split()), expires_us, revoked_us, last_used_us, claims
+        )
+
+    async def trust_policies(self, issuer: str) -> list[tuple]:
+        """(policy id, account, claim patterns as JSON, scopes, lifetime in seconds) of the issuer's policies."""
+        return await self._key(trust.policies_of(issuer))
+
+    async def newest_finished(self, account_id: int, series: BadgeSeries) -> tuple[str, int | None] | None:
+        """(status, duration in µs) of the series' newest finished build, or None when it has none."""
+        rows = await self._key(badges.newest_finished(account_id, series, self.dialect))
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    async def add_token(self, token: trust.NewToken) -> None:
+        """Store a token the server issued (an exchange), committed before it is handed out."""
+        await self._write_auth(trust.insert_token(token))
+
+    @abc.abstractmethod
+    async def _write_auth(self, query: queries.Query) -> None:
+        """Run one statement on the tokens, committed at once."""
 
     async def list_builds(self, account_id: int, query: ListQuery) -> BuildPage:
         ((count, array, hashes),) = await self._short(queries.list_builds(account_id, query, self.dialect))

@@ -100,6 +100,9 @@ class PgReader(Reader):
         ((size,),) = await self._key(("SELECT pg_database_size(current_database())", []))
         return int(size)
 
+    async def _write_auth(self, query: queries.Query) -> None:
+        await _fetch(self._primary, query)
+
     def touch_token(self, token_id: str, now_us: int) -> None:
         task = asyncio.create_task(_fetch(self._primary, queries.touch_token(token_id, now_us)))
         self._pending.add(task)

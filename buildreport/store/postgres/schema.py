@@ -9,7 +9,8 @@ from typing import Any
 
 import psycopg
 
-from buildreport.store import day_figures, day_summaries
+from buildreport.store import day_figures, day_summaries, trust
+from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres.connection import MIGRATION_LOCK, PgConnection
 
 _TOTALS_TABLE = """
@@ -144,6 +145,10 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
         PRIMARY KEY (account_id, day_us)
     );
     """,
+    trust.TABLES.format(schema="auth.", integer="BIGINT", if_not_exists="IF NOT EXISTS "),  # OIDC claims, trust
+    # A badge shows the newest finished build of a derivation name (store.badges), whatever its store path's hash.
+    f"CREATE INDEX IF NOT EXISTS builds_by_name ON builds (account_id, ({POSTGRESQL.derivation_name}), create_us,"
+    " build_id, status, duration_us);",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -239,9 +239,12 @@ class SqliteReader(Reader):
         task.add_done_callback(self._touched)
 
     async def _touch(self, token_id: str, now_us: int) -> None:
+        await self._write_auth(queries.touch_token(token_id, now_us))
+
+    async def _write_auth(self, query: queries.Query) -> None:
         if self._writer is None:
             self._writer = await _connect(self._auth_path)
-        sql, params = queries.touch_token(token_id, now_us)
+        sql, params = query
         await self._writer.execute(sql, params)
 
     def _touched(self, task: asyncio.Task[None]) -> None:

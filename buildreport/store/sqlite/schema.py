@@ -10,7 +10,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
-from buildreport.store import day_figures, day_summaries, tag_totals
+from buildreport.store import day_figures, day_summaries, tag_totals, trust
+from buildreport.store.dialect import SQLITE
 from buildreport.store.errors import DatabaseError
 from buildreport.store.sqlite.writelock import lock_path
 
@@ -172,6 +173,9 @@ MIGRATIONS += (
     + day_figures.TABLE.format(integer="INTEGER", blob="BLOB")
     + day_figures.FILL,
     _add_day_summaries,
+    # A badge shows the newest finished build of a derivation name (store.badges), whatever its store path's hash.
+    f"CREATE INDEX IF NOT EXISTS builds_by_name ON builds (account_id, ({SQLITE.derivation_name}), create_us,"
+    " build_id, status, duration_us);",
 )
 MIGRATIONS += (
     # Billable usage of builds that `prune` removed, per account and UTC day of their stop time: /usage adds it
@@ -203,6 +207,7 @@ AUTH_MIGRATIONS: tuple[str, ...] = (
         last_used_us INTEGER
     );
     """,
+    trust.TABLES.format(schema="", integer="INTEGER", if_not_exists=""),  # OIDC claims of tokens, trusted CI identities
 )
 # Tokens of a database made before they moved: copied once, before migration 1 -> 2 drops them.
 _MOVE_TOKENS = """
@@ -269,12 +274,12 @@ def bulk_write(conn: sqlite3.Connection) -> Iterator[None]:
 # Indexes of builds that an import's writes never read (they look builds up by id and source id). Kept up
 # row by row, a million builds in random derivation order cost the import more than making them once, from
 # the sorted rows, after the last build is in: 55.2 s against 52.5 s, of which 5.0 s making them.
-DEFERRED_INDEXES = ("builds_by_time", "builds_by_derivation", "builds_by_stop", "builds_for_stats")
+DEFERRED_INDEXES = ("builds_by_time", "builds_by_derivation", "builds_by_stop", "builds_for_stats", "builds_by_name")
 # When a reading process prepares the rows (store.fresh_load), the inserting process has time to spare while it
 # waits for them: it keeps up the indexes whose keys arrive in about the order they sort (times of creation and
 # stop) as it goes, and makes only the one in derivation order at the end. A million builds (median of three
 # runs): 22.9 s, against 25.4 s with all four made at the end and 25.0 s with none.
-DEFERRED_BESIDE_READER = ("builds_by_derivation",)
+DEFERRED_BESIDE_READER = ("builds_by_derivation", "builds_by_name")  # the name index is in name order too
 
 
 @contextlib.contextmanager
@@ -443,6 +448,15 @@ def _open_auth(path: Path, legacy: bool) -> None:
         conn.close()
 
 
+def _auth_behind(path: Path) -> bool:
+    """Whether the tokens file has steps of AUTH_MIGRATIONS still to take."""
+    conn = connect_existing(auth_path(path))
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0]) < len(AUTH_MIGRATIONS)
+    finally:
+        conn.close()
+
+
 def attach_auth(conn: sqlite3.Connection, path: Path | str) -> None:
     """Make the tokens file of the database at `path` readable on `conn` as schema `auth`."""
     conn.execute("ATTACH DATABASE ? AS auth", (rw_uri(auth_path(path)),))
@@ -477,7 +491,8 @@ def open_database(path: Path | str, *, create: bool = True) -> sqlite3.Connectio
         check_version(conn, path)
         # Databases made before tokens moved to their own file still hold them.
         legacy = conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'tokens'").fetchone()
-        if legacy is not None or not auth_path(path).exists() or check_version(conn, path) < SCHEMA_VERSION:
+        if legacy is not None or not auth_path(path).exists() or check_version(conn, path) < SCHEMA_VERSION \
+                or _auth_behind(path):
             _open_auth(path, legacy is not None)
         migrate(conn, path)
     except sqlite3.DatabaseError as exc:
