@@ -34,6 +34,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from buildreport import humanize
 from buildreport.answers import RawHeaders, raw_headers
+from buildreport.auth import link_token_ended
 from buildreport.errors import Problem, shown
 from buildreport.filters import CANONICAL_INT
 from buildreport.linklimits import LinkLimits, TooMany, client_key
@@ -252,9 +253,13 @@ async def _open_link(state: State, token: str) -> tuple[LinkClaims, bytes]:
     claims = signer.verify(token)
     if claims is None:
         raise LinkPage(403, {"title": "This link is not valid", "kind": "invalid"})
-    if claims.expires_us <= now_us():
+    now = now_us()
+    if claims.expires_us <= now:
         raise LinkPage(410, {"title": "This link has expired", "kind": "expired",
                              "expired": from_us(claims.expires_us), "build_id": claims.build_id})
+    ended = await link_token_ended(_reader(state), claims.token_id, now)
+    if ended is not None:
+        raise LinkPage(410, {"title": "This link was revoked", "kind": "revoked", "reason": ended})
     body = await _reader(state).build(claims.account_id, claims.build_id)
     if body is None:
         raise LinkPage(404, {"title": "Build not found", "kind": "no-build", "build_id": claims.build_id})
@@ -283,7 +288,7 @@ async def _related(state: State, claims: LinkClaims, build_id: int | None) -> Re
     if build_id is None:
         return None
     signer: LinkSigner = state.signer
-    url = signer.link_url(state.settings.base_url, LinkClaims(claims.account_id, build_id, claims.expires_us))
+    url = signer.link_url(state.settings.base_url, msgspec.structs.replace(claims, build_id=build_id))
     body = await _reader(state).build(claims.account_id, build_id)
     status = status_view(_stored_build(body, build_id).build_status) if body is not None else None
     return RelatedBuild(build_id, url, status)

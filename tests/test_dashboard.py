@@ -16,6 +16,7 @@ import pytest
 import test_browser as tb
 from conftest import ENGINES, TEST_KEY, Env, auth, new_database
 from test_stats import FAILED, RECORDS, us
+from test_web import revoke
 
 from buildreport.cli import sample_data_path
 from buildreport.demo import prepare_demo
@@ -98,6 +99,21 @@ def test_expired_and_altered_dashboard_links_say_so(api):
     assert response.headers["cache-control"] == "no-store"
     altered = signer.link_url("", DashboardClaims(1, (int(time.time()) + 7200) * US_PER_SECOND))[:-2] + "xx"
     assert client.get(altered).status_code == 403
+
+
+def test_a_dashboard_link_and_its_build_links_end_when_their_token_is_revoked(api):
+    env, client, _ = api
+    secret = env.token()
+    path = dashboard_path(client, secret)
+    page = client.get(path + "?window=7d")
+    assert page.status_code == 200
+    builds = re.findall(r'<a href="http://testserver.local(/b/[^"]+)">build \d+</a>', page.text)
+    assert builds and client.get(builds[0]).status_code == 200
+    revoke(env, secret)
+    for opened in (path, builds[0]):
+        response = client.get(opened)
+        assert response.status_code == 410, opened
+        assert "The API token this link was made with has been revoked." in response.text
 
 
 def test_dashboard_page_has_the_strict_headers_and_no_script(api):

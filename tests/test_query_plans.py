@@ -58,6 +58,7 @@ QUERIES = {
     "one build": queries.get_build(1, 5),
     "log": queries.get_log(1, 5),
     "token": queries.token_by_digest(b"x" * 32),
+    "token by id (a signed link's token)": queries.token_by_id("tok_0123456789abcdef"),
     "builds by source id (POST /builds)": builds_by_source(1, ["runner-1:a", "runner-1:b"]),
     **{
         f"stats by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind, "project" if kind == "tag" else None))
