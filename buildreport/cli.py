@@ -517,7 +517,11 @@ def token() -> None:
 @token.command("create")
 @db_option
 @click.option("--account", required=True, help="Account the token reads.")
-@click.option("--scope", "scopes", multiple=True, default=("build:read",), show_default=True, help="Repeatable.")
+@click.option(
+    "--scope", "scopes", multiple=True, default=("build:read",), show_default=True,
+    help="Repeatable. build:read reads the account's builds; build:write sends builds to it; metrics:read is "
+    "the operator's: /metrics shows every account's figures, whichever account the token names.",
+)
 @click.option("--expires-in", default="1000d", show_default=True, help="Lifetime: 30d, 12h, 90m or 3600s.")
 @click.option("--label", default="", help="What the token is for.")
 def token_create(db: str, account: str, scopes: tuple[str, ...], expires_in: str, label: str) -> None:
