@@ -190,7 +190,9 @@ def _usage_chart(this_month: Usage, last_month: Usage) -> Any:
 
 
 def _page_url(prefix: str, token: str, window: str, tags: Sequence[tuple[str, str]]) -> str:
-    query = [("window", window)] + ([("tags", ",".join(f"{k}:{v}" for k, v in tags))] if tags else [])
+    """A link to the page: each tag a `tag.KEY=VALUE` of its own, so that a comma or colon in a key or value
+    stays part of it and the link selects exactly its tags."""
+    query = [("window", window), *((filters.DASHBOARD_TAG + key, value) for key, value in dict.fromkeys(tags))]
     return f"{prefix}/d/{token}?{urlencode(query)}"
 
 

@@ -31,8 +31,9 @@ from litestar.middleware import ASGIMiddleware
 from litestar.params import PathParameter
 from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
+from markupsafe import Markup
 
-from buildreport import humanize
+from buildreport import ansi, humanize
 from buildreport.answers import RawHeaders, raw_headers
 from buildreport.auth import link_token_ended
 from buildreport.errors import Problem, shown
@@ -144,11 +145,20 @@ class RelatedBuild:
     status: StatusView | None  # None when that build is not in the database
 
 
+def _shown(value: Any) -> Any:
+    """Every value a page writes, before it is escaped: a stored text (a status message, a tag, a system) loses
+    escape sequences, control characters and bidirectional controls, as a log line does (ansi.py). HTML the
+    code made (Markup: log lines, charts) is left as it is."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return ansi.strip(value)
+    return value
+
+
 def _environment() -> Environment:
     templates = {name: body.decode() for name, body in _package_files("templates", (".html",)).items()}
     env = Environment(
         loader=DictLoader(templates), autoescape=True, undefined=StrictUndefined, trim_blocks=True,
-        lstrip_blocks=True, keep_trailing_newline=False,
+        lstrip_blocks=True, keep_trailing_newline=False, finalize=_shown,
     )
     env.filters.update(
         duration=humanize.duration, size=humanize.size, count=humanize.count, percent=humanize.percent,

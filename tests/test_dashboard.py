@@ -10,11 +10,12 @@ import time
 from html import unescape
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 import pytest
 import test_browser as tb
-from conftest import ENGINES, TEST_KEY, Env, auth, new_database
+from conftest import ENGINES, TEST_KEY, Env, auth, new_database, record
 from test_stats import FAILED, RECORDS, us
 from test_web import revoke
 
@@ -180,6 +181,49 @@ def test_the_tag_filter_narrows_every_figure(api):
     params = {"group_by": "status", "tags": "project:web", "create_time_from": window_start("7d")}
     groups = client.get("/builds/stats", params=params, headers=auth(secret)).json()
     assert f"Builds {sum(g['build_count'] for g in groups):,}" in text
+
+
+# Pairs whose old `tags=KEY:VALUE,…` link named another build's tags: a comma in a value, a colon in a key.
+TRICKY_TAGS = [
+    {"k": "v,x:y"},
+    {"k": "v", "x": "y"},
+    {"a:b": "c"},
+    {"a": "b:c"},
+    {"bidi": "ok\u202egnp.exe\x1b[31m"},
+]
+
+
+@pytest.fixture(scope="module")
+def tricky(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tricky")
+    env = Env(tmp, new_database(request, "sqlite", tmp))
+    env.load([record(i, build_status="running", system="x86_64-linux\u2066\x07", tags=tags)
+              for i, tags in enumerate(TRICKY_TAGS, start=1)])
+    secret = env.token()
+    with env.client() as client:
+        yield client, dashboard_path(client, secret)
+
+
+def test_every_tag_link_selects_exactly_its_tag(tricky):
+    client, path = tricky
+    page = client.get(path).text
+    links = {unescape(href) for href in re.findall(r'<a class="tag" href="([^"]+)"', page)}
+    assert len(links) == sum(len(tags) for tags in TRICKY_TAGS)
+    for href in links:
+        [(key, value)] = [(k.removeprefix("tag."), v) for k, v in parse_qsl(urlsplit(href).query)
+                          if k.startswith("tag.")]
+        carrying = [i for i, tags in enumerate(TRICKY_TAGS, start=1) if tags.get(key) == value]
+        narrowed = client.get(href)
+        assert narrowed.status_code == 200, href
+        shown_ids = {int(n) for n in re.findall(r">build (\d+)</a>", narrowed.text)}
+        assert shown_ids == set(carrying), (key, value)
+
+
+def test_stored_text_on_the_dashboard_has_no_bidi_or_control_characters(tricky):
+    client, path = tricky
+    page = client.get(path).text
+    assert not set(page) & set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\x1b\x07")
+    assert "bidi:okgnp.exe" in page and "x86_64-linux," in page
 
 
 @pytest.mark.parametrize("params", [{"window": "1y"}, {"tags": "novalue"}, {"when": "now"}])

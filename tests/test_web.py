@@ -383,6 +383,27 @@ def test_everything_is_escaped(env):
     assert "-&lt;b&gt;bold&lt;/b&gt;.drv" in page
 
 
+HIDDEN = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\x1b\x07\x00\x08\x7f\x85\x9b"
+
+
+def test_bidi_and_control_characters_never_reach_the_page(env):
+    """A status message, tag, system or output that would reorder or hide text shows its plain characters."""
+    sneaky = "ok\u202e gnp.exe\u2066 x\x1b[31m red\x07 bell\x08"
+    env.load([
+        record(1, build_status="build_failed", status_message=sneaky, tags={"k" + sneaky: "v" + sneaky},
+               system="x86_64-linux" + sneaky, outputs=[{"name": "out" + sneaky, "path": "/nix/store/p" + sneaky,
+                                                         "nar_hash": "sha256:h", "nar_size_bytes": 1}],
+               log="a\u202eb\u2067c\n")
+    ])
+    secret = env.token()
+    with env.client() as client:
+        page = client.get(link(client, secret, 1)).text
+    assert not set(page) & set(HIDDEN)
+    assert "[31m" not in page
+    assert page.count("ok gnp.exe x red bell") >= 6  # message, tag key and value, system, output name and path
+    assert ">abc</div>" in page  # and in the log, as before
+
+
 def test_log_lines_have_anchors(env):
     env.load([record(1, log="".join(f"line {i}\n" for i in range(1, 13)))])
     secret = env.token()
