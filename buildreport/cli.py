@@ -287,14 +287,18 @@ def _check_port(host: str, port: int) -> None:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
 
 
-def run_server(settings: Settings) -> None:
+def run_server(settings: Settings, *, create: bool = True) -> None:
+    """Serve `settings.db`; with `create` False a missing SQLite file is an error rather than a new database
+    (a typo in --db must not serve an empty one)."""
     import uvicorn
 
     from buildreport.config import SETTINGS_ENV, to_env
     from buildreport.envelope import configure_logging
 
     _check_port(settings.host, settings.port)
-    open_db(settings.db).close()
+    if settings.secret_keys or config.secret_path(settings.db).exists():
+        _check_signing_keys(settings)  # a weak key is refused first, whatever else is wrong
+    open_db(settings.db, create=create).close()
     _check_signing_keys(settings)
     configure_logging()
     from buildreport.protocol import ServeConfig
@@ -344,12 +348,13 @@ def metrics_folder() -> Iterator[None]:
 
 @main.command()
 @db_option
+@click.option("--create", is_flag=True, help="Start a new, empty database if DB does not exist (else an error).")
 @_serve_options
-def serve(db: str, **kwargs: object) -> None:
-    """Serve the API for the builds in the database."""
+def serve(db: str, create: bool, **kwargs: object) -> None:
+    """Serve the API for the builds in the database (which must exist, unless --create)."""
     settings = _settings(db, **kwargs)
     try:
-        run_server(settings)
+        run_server(settings, create=create)
     except DatabaseError as exc:
         raise click.ClickException(str(exc)) from exc
 

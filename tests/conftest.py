@@ -247,6 +247,8 @@ def start_server(
 ) -> Server:
     """`buildreport serve` on a free port (or the one given) of 127.0.0.1, once /healthz (under `prefix`) answers."""
     port = port or free_port()
+    if not is_postgres(str(db)) and not Path(db).exists():
+        open_database(db).close()  # a test's empty database, made as Env.client makes it: `serve` never creates one
     log = (Path(tempfile.mkdtemp(prefix="buildreport-server-")) if is_postgres(str(db)) else Path(db).parent)
     log = log / f"server-{port}.log"
     command = [

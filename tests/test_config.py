@@ -84,7 +84,7 @@ def test_demo_refuses_a_weak_key_before_creating_anything(tmp_path):
 # Options that are not limits; every other `serve` option is one and is listed under "Security and limits".
 NOT_LIMITS = (
     "--db", "--host", "--port", "--public-url", "--workers", "--access-log", "--secret-key", "--tls-cert", "--tls-key",
-    "--metrics-loopback", "--read-db",
+    "--metrics-loopback", "--read-db", "--create",
 )
 
 
