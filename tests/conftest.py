@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,6 +32,19 @@ from buildreport.tokens import new_token
 
 TEST_KEY = "test-signing-key-0123456789-abcdefghijklmnopqrstuvwxyz"
 
+RUN_TMP = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Everything a run writes to the temporary folder (pytest's tmp_path folders, servers' metrics folders, the
+    demo's database, the PostgreSQL cluster, Nix's build folders) goes into one folder of the run's own, set
+    before any test or process starts; the end of the session checks that nothing is left in it."""
+    folder = Path(tempfile.mkdtemp(prefix="buildreport-tests-"))
+    folder.chmod(0o711)  # the PostgreSQL cluster's user (not root) must reach its folder inside; nobody can list it
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = str(folder)
+    config.stash[RUN_TMP] = folder
+
 
 # Every test that takes a database runs on each engine.
 ENGINES = ("sqlite", "postgresql")
@@ -48,6 +63,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             text = server.log.read_text(errors="replace") if server.log.exists() else "(no log)"
             report.sections.append((f"server log {server.url}", text[-LOG_TAIL_CHARS:]))
     return report
+
+
+@pytest.hookimpl(trylast=True)  # after pytest has removed its own tmp_path folders (tmp_path_retention_policy)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when it left anything in the temporary folder; then remove the run's folder, so that a run
+    leaves nothing behind either way."""
+    run_tmp = session.config.stash[RUN_TMP]
+    pytest_root = run_tmp / f"pytest-of-{getpass.getuser()}"  # pytest's own parent folder, empty once it cleaned up
+    left = sorted(
+        str(p.relative_to(run_tmp))
+        for p in run_tmp.rglob("*")
+        if p != pytest_root and (p.is_symlink() or not p.is_dir() or not any(p.iterdir()))
+    )
+    shutil.rmtree(run_tmp, ignore_errors=True)
+    if left:
+        shown = "\n  ".join(left[:20]) + (f"\n  … and {len(left) - 20} more" if len(left) > 20 else "")
+        sys.stderr.write(f"\nthe run left {len(left)} files or folders in its temporary folder:\n  {shown}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -181,10 +214,11 @@ def buildreport_command() -> list[str]:
 
 
 class Server:
-    def __init__(self, process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], url: str, log: Path, scratch: Path | None = None) -> None:
         self.process = process
         self.url = url
         self.log = log
+        self.scratch = scratch  # a folder of the server's own, removed once it has stopped
 
     def stop(self) -> int:
         if self.process.poll() is None:
@@ -194,6 +228,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
         return self.process.returncode
 
 
@@ -247,10 +283,15 @@ def start_server(
 ) -> Server:
     """`buildreport serve` on a free port (or the one given) of 127.0.0.1, once /healthz (under `prefix`) answers."""
     port = port or free_port()
-    if not is_postgres(str(db)) and not Path(db).exists():
+    postgres = is_postgres(str(db))
+    if not postgres and not Path(db).exists():
         open_database(db).close()  # a test's empty database, made as Env.client makes it: `serve` never creates one
-    log = (Path(tempfile.mkdtemp(prefix="buildreport-server-")) if is_postgres(str(db)) else Path(db).parent)
-    log = log / f"server-{port}.log"
+    # The log and the server's temporary files (its metrics folder) go beside the database, in the test's tmp_path,
+    # so they go with it even when a test kills the server; a PostgreSQL database has no folder: the server gets
+    # one of its own, removed when it stops.
+    folder = Path(tempfile.mkdtemp(prefix="buildreport-server-")) if postgres else Path(db).parent
+    scratch = folder if postgres else None
+    log = folder / f"server-{port}.log"
     command = [
         *buildreport_command(),
         "serve",
@@ -267,21 +308,26 @@ def start_server(
     ]
     handle = log.open("wb")
     process = subprocess.Popen(
-        command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+        command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(folder), **(env or {})},
     )
+    handle.close()  # the server holds its own copy
     url = f"{scheme}://127.0.0.1:{port}{prefix}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
+            text = log.read_text()
+            Server(process, url, log, scratch).stop()
+            raise RuntimeError(f"server exited with {process.returncode}:\n{text}")
         try:
             if httpx.get(url + "/healthz", timeout=1, verify=verify).status_code == 200:
-                return Server(process, url, log)
+                return Server(process, url, log, scratch)
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"server did not answer within {timeout}s:\n{log.read_text()}")
+    text = log.read_text()
+    Server(process, url, log, scratch).stop()
+    raise RuntimeError(f"server did not answer within {timeout}s:\n{text}")
 
 
 @pytest.fixture
