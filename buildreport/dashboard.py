@@ -152,6 +152,7 @@ def _charts(periods: Sequence[BuildStatsGroup], kind: str) -> dict[str, Any]:
                 charts.Series("running", "s-running", [g.running_build_count for g in periods]),
             ],
             lambda v: f"{v:,.0f}",
+            charts.Scale.INTEGER,
         ),
         "success": charts.lines(
             f"Success rate per {unit}",
@@ -171,6 +172,7 @@ def _charts(periods: Sequence[BuildStatsGroup], kind: str) -> dict[str, Any]:
                 ),
             ],
             _seconds,
+            charts.Scale.DURATION,
         ),
         "cpu": charts.stacked_bars(
             f"CPU hours per {unit}",

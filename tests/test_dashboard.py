@@ -394,6 +394,33 @@ def test_dashboard_on_a_phone_in_dark_mode(demo, serve, browser):
     context.close()
 
 
+@pytest.mark.parametrize("width", [1280, 390])
+def test_chart_labels_and_tables_fit_on_a_wide_screen_and_a_phone(demo, serve, browser, width):
+    """Every tick label lies inside its chart and is at least 9 px high; every figure of the derivation tables is
+    within the screen, without scrolling sideways."""
+    env, link = demo
+    server = serve(env.db, "--secret-key", TEST_KEY, "--no-access-log")
+    url = server.url + link.removeprefix("http://testserver.local")
+    context = browser.new_context(viewport={"width": width, "height": 900}, is_mobile=width < 500)
+    page = context.new_page()
+    for window in ("24h", "7d", "90d"):
+        assert page.goto(f"{url}?window={window}").status == 200
+        for chart in page.locator("svg.chart:not(.compare)").all():
+            box = chart.bounding_box()
+            assert box is not None
+            for tick in chart.locator("text.tick").all():
+                inside = tick.bounding_box()
+                assert inside is not None, window
+                assert inside["x"] >= box["x"] - 0.5 and inside["y"] >= box["y"] - 0.5, (window, tick.text_content())
+                assert inside["x"] + inside["width"] <= box["x"] + box["width"] + 0.5, (window, tick.text_content())
+                assert inside["height"] >= 9, (window, tick.text_content(), inside)
+        for cell in page.locator("#slowest-h ~ div table td, #failing-h ~ div table td").all():
+            cell_box = cell.bounding_box()
+            assert cell_box is not None and cell_box["x"] + cell_box["width"] <= width, (window, cell.inner_text())
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
+    context.close()
+
+
 def test_expired_dashboard_link_in_a_browser(demo, serve, browser):
     env, _ = demo
     server = serve(env.db, "--secret-key", TEST_KEY, "--no-access-log")
