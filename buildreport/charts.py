@@ -74,7 +74,8 @@ def ticks(value: float, scale: Scale = Scale.NUMBER) -> list[float]:
     if value < 1e-9:  # nothing, or nothing a chart can show
         return [0.0, 1.0]
     for step in _steps(scale, value):
-        count = math.ceil(value / step * (1 - 1e-12))
+        count = math.ceil(value / step)
+        count += step * count < value  # the product rounded below the value
         if count <= MAX_INTERVALS:
             return [step * i for i in range(count + 1)]
     raise AssertionError("unreachable: the steps grow without end")

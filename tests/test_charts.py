@@ -14,8 +14,8 @@ from buildreport.charts import MAX_INTERVALS, Scale, Series, label_room, text_wi
 
 
 def evenly_spaced(values: list[float]) -> bool:
-    steps = {round(b - a, 6) for a, b in itertools.pairwise(values)}
-    return len(steps) == 1
+    step = values[1] - values[0]
+    return all(b - a == pytest.approx(step, rel=1e-9) for a, b in itertools.pairwise(values))
 
 
 @given(st.integers(min_value=0, max_value=10**12))
