@@ -214,23 +214,37 @@ def buildreport_command() -> list[str]:
 
 
 class Server:
-    def __init__(self, process: subprocess.Popen[bytes], url: str, log: Path, scratch: Path | None = None) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], url: str, log: Path, scratch: Path | None = None,
+        tmp: Path | None = None,
+    ) -> None:
         self.process = process
         self.url = url
         self.log = log
         self.scratch = scratch  # a folder of the server's own, removed once it has stopped
+        self.tmp = tmp  # the server's TMPDIR
+        self.stopped_cleanly = False
 
     def stop(self) -> int:
         if self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=10)
+                self.stopped_cleanly = True
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
         return self.process.returncode
+
+    def left_behind(self) -> list[str]:
+        """The temporary folders (metrics, a demo's database) a server that stopped on SIGTERM left in its TMPDIR:
+        it must remove them itself (only a killed server cannot)."""
+        if self.tmp is None or not self.stopped_cleanly:
+            return []
+        patterns = ("buildreport-metrics-*", "buildreport-demo-*")
+        return sorted(p.name for pattern in patterns for p in self.tmp.glob(pattern))
 
 
 def self_signed(folder: Path, name: str = "server") -> tuple[Path, Path]:
@@ -307,10 +321,9 @@ def start_server(
         *args,
     ]
     handle = log.open("wb")
-    process = subprocess.Popen(
-        command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env={**os.environ, "TMPDIR": str(folder), **(env or {})},
-    )
+    environment = {**os.environ, "TMPDIR": str(folder), **(env or {})}
+    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               env=environment)
     handle.close()  # the server holds its own copy
     url = f"{scheme}://127.0.0.1:{port}{prefix}"
     deadline = time.monotonic() + timeout
@@ -321,7 +334,7 @@ def start_server(
             raise RuntimeError(f"server exited with {process.returncode}:\n{text}")
         try:
             if httpx.get(url + "/healthz", timeout=1, verify=verify).status_code == 200:
-                return Server(process, url, log, scratch)
+                return Server(process, url, log, scratch, Path(environment["TMPDIR"]))
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
@@ -343,6 +356,8 @@ def serve(request: pytest.FixtureRequest) -> Iterator[Callable[..., Server]]:
     yield _start
     for server in started:
         server.stop()
+    left = [name for server in started for name in server.left_behind()]
+    assert not left, f"servers left {left} in their temporary folder"
 
 
 class Demo:
@@ -367,7 +382,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             [*buildreport_command(), "demo", "--port", str(port), "--workers", "1", "--no-access-log"],
             stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(folder)},
         )
-    server = Server(process, f"http://127.0.0.1:{port}", log)
+    server = Server(process, f"http://127.0.0.1:{port}", log, tmp=folder)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -382,6 +397,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         raise RuntimeError(f"demo did not answer within 60s:\n{log.read_text()}")
     yield Demo(server, out.read_text())
     server.stop()
+    assert not server.left_behind(), f"the demo left {server.left_behind()} in its temporary folder"
 
 
 @pytest.fixture(scope="session")
