@@ -214,14 +214,10 @@ def buildreport_command() -> list[str]:
 
 
 class Server:
-    def __init__(
-        self, process: subprocess.Popen[bytes], url: str, log: Path, scratch: Path | None = None,
-        tmp: Path | None = None,
-    ) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], url: str, log: Path, tmp: Path | None = None) -> None:
         self.process = process
         self.url = url
         self.log = log
-        self.scratch = scratch  # a folder of the server's own, removed once it has stopped
         self.tmp = tmp  # the server's TMPDIR
         self.stopped_cleanly = False
 
@@ -234,8 +230,6 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
-        if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
         return self.process.returncode
 
     def left_behind(self) -> list[str]:
@@ -285,6 +279,18 @@ def self_signed(folder: Path, name: str = "server") -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+_SERVER_FOLDERS: list[Path] = []  # the session's folder for servers of PostgreSQL databases, once made
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _server_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    _SERVER_FOLDERS.append(tmp_path_factory.mktemp("servers"))
+
+
+def _server_folders() -> Path:
+    return _SERVER_FOLDERS[0]
+
+
 def start_server(
     db: Path,
     *args: str,
@@ -302,9 +308,8 @@ def start_server(
         open_database(db).close()  # a test's empty database, made as Env.client makes it: `serve` never creates one
     # The log and the server's temporary files (its metrics folder) go beside the database, in the test's tmp_path,
     # so they go with it even when a test kills the server; a PostgreSQL database has no folder: the server gets
-    # one of its own, removed when it stops.
-    folder = Path(tempfile.mkdtemp(prefix="buildreport-server-")) if postgres else Path(db).parent
-    scratch = folder if postgres else None
+    # one of its own among pytest's folders, which pytest removes.
+    folder = Path(tempfile.mkdtemp(prefix="server-", dir=_server_folders())) if postgres else Path(db).parent
     log = folder / f"server-{port}.log"
     command = [
         *buildreport_command(),
@@ -329,18 +334,15 @@ def start_server(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            text = log.read_text()
-            Server(process, url, log, scratch).stop()
-            raise RuntimeError(f"server exited with {process.returncode}:\n{text}")
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
         try:
             if httpx.get(url + "/healthz", timeout=1, verify=verify).status_code == 200:
-                return Server(process, url, log, scratch, Path(environment["TMPDIR"]))
+                return Server(process, url, log, Path(environment["TMPDIR"]))
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
-    text = log.read_text()
-    Server(process, url, log, scratch).stop()
-    raise RuntimeError(f"server did not answer within {timeout}s:\n{text}")
+    Server(process, url, log).stop()
+    raise RuntimeError(f"server did not answer within {timeout}s:\n{log.read_text()}")
 
 
 @pytest.fixture
