@@ -2,8 +2,10 @@
 
 Kept: foreground colours 30-37 (class `a30`…`a37`), bright 90-97 (`a90`…`a97`) and bold (`ab`).
 Dropped: every other escape sequence (cursor moves, erase, OSC titles and hyperlinks, 256-colour and RGB
-colours, backgrounds, …) and every other control character but the tab. The style carries from one
-line to the next, as in a terminal, so a caller renders a log line by line through one `Style`.
+colours, backgrounds, …), every other control character but the tab, and the bidirectional controls
+(U+202A to U+202E, U+2066 to U+2069). `strip` does the same to a plain value every page shows. The style
+carries from one line to the next, as in a terminal, so a caller renders a log line by line through one
+`Style`.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from html import escape
 from markupsafe import Markup
 
 # CSI (ESC [ or the 8-bit U+009B), its parameters and its final byte; an OSC string up to BEL or ST;
-# any other escape; then control characters on their own. A sequence cut off at the end of a line is dropped.
+# any other escape; then control characters and bidirectional embeddings, overrides and isolates (which
+# could show text in another order than it is stored) on their own. A sequence cut off at the end of a line
+# is dropped.
 _TOKEN = re.compile(
     r"(?:\x1b\[|\x9b)(?P<params>[0-?]*)[ -/]*(?P<final>[@-~])?"
     r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b[ -/]*[0-~]?"
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
 )
 
 _FOREGROUND = frozenset(range(30, 38)) | frozenset(range(90, 98))

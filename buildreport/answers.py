@@ -51,6 +51,7 @@ class Ask(NamedTuple):
     reader: Reader
     state: Any
     build_id: str = ""  # the path's build id, as written
+    token_id: str | None = None  # the asking token: links made for it end when it is revoked
 
 
 class Json(NamedTuple):
@@ -104,7 +105,8 @@ async def build_url(ask: Ask) -> Json:
     number, _ = await _required_build(ask)
     # Whole seconds, rounded up: the link lives at least `ttl` seconds and `expires_at` is exact.
     expires_us = -(-(now_us() + ttl * US_PER_SECOND) // US_PER_SECOND) * US_PER_SECOND
-    url = ask.state.signer.link_url(ask.state.settings.base_url, LinkClaims(ask.account_id, number, expires_us))
+    claims = LinkClaims(ask.account_id, number, expires_us, ask.token_id)
+    url = ask.state.signer.link_url(ask.state.settings.base_url, claims)
     return Json(_ENCODE(BuildURL(build_id=number, url=url, expires_at=from_us(expires_us))))
 
 

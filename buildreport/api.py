@@ -42,8 +42,9 @@ def query_pairs(request: Request[Any, Any, Any]) -> Pairs:
 
 def ask_of(request: Request[Any, Any, Any], build_id: str = "") -> answers.Ask:
     """What a read answer needs, from a request that passed the token check."""
-    return answers.Ask(query_pairs(request), _principal(request).account_id, _reader(request), request.app.state,
-                       build_id)
+    principal = _principal(request)
+    return answers.Ask(query_pairs(request), principal.account_id, _reader(request), request.app.state, build_id,
+                       principal.token_id)
 
 
 # Every JSON answer is the token's own: caches keep it per token and ask again before reusing it.

@@ -60,6 +60,22 @@ def check_token(row: TokenRow | None, now_us: int) -> TokenRow:
     return row
 
 
+async def link_token_ended(reader: Reader, token_id: str | None, now_us: int) -> str | None:
+    """Why a link made with the token `token_id` no longer opens (that token was revoked, has expired or was
+    deleted); None while the token is live, or for a link made without a token."""
+    if token_id is None:
+        return None
+    life = await reader.token_life(token_id)
+    if life is None:
+        return "The API token this link was made with no longer exists."
+    expires_us, revoked_us = life
+    if revoked_us is not None and revoked_us <= now_us:
+        return "The API token this link was made with has been revoked."
+    if expires_us <= now_us:
+        return "The API token this link was made with has expired."
+    return None
+
+
 def require_scope(principal: Principal | TokenRow, scope: str) -> None:
     if scope not in principal.scopes:
         challenge = f'{REALM}, error="insufficient_scope", scope="{scope}"'

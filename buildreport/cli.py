@@ -305,12 +305,16 @@ def _check_port(host: str, port: int) -> None:
             raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
 
 
-def run_server(settings: Settings) -> None:
+def run_server(settings: Settings, *, create: bool = True) -> None:
+    """Serve `settings.db`; with `create` False a missing SQLite file is an error rather than a new database
+    (a typo in --db must not serve an empty one)."""
     from buildreport.config import SETTINGS_ENV, to_env
     from buildreport.envelope import configure_logging
 
     _check_port(settings.host, settings.port)
-    open_db(settings.db).close()
+    if settings.secret_keys or config.secret_path(settings.db).exists():
+        _check_signing_keys(settings)  # a weak key is refused first, whatever else is wrong
+    open_db(settings.db, create=create).close()
     _check_signing_keys(settings)
     configure_logging()
     from buildreport import retention  # the daily prune, when --retention asks for it
@@ -368,14 +372,15 @@ def metrics_folder() -> Iterator[None]:
 @db_option
 @click.option("--db-file", type=click.Path(dir_okay=False),
               help="Read --db from this file: a postgresql:// URL whose password stays off the command line.")
+@click.option("--create", is_flag=True, help="Start a new, empty database if DB does not exist (else an error).")
 @_serve_options
-def serve(db: str, db_file: str | None, **kwargs: object) -> None:
-    """Serve the API for the builds in the database."""
+def serve(db: str, db_file: str | None, create: bool, **kwargs: object) -> None:
+    """Serve the API for the builds in the database (which must exist, unless --create)."""
     given = click.get_current_context().get_parameter_source("db") is not ParameterSource.DEFAULT
     db = given_or_from_file(db if given else None, db_file, "--db", "--db-file") or db
     settings = _settings(db, **kwargs)
     try:
-        run_server(settings)
+        run_server(settings, create=create)
     except DatabaseError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -549,7 +554,11 @@ def token() -> None:
 @token.command("create")
 @db_option
 @click.option("--account", required=True, help="Account the token reads.")
-@click.option("--scope", "scopes", multiple=True, default=("build:read",), show_default=True, help="Repeatable.")
+@click.option(
+    "--scope", "scopes", multiple=True, default=("build:read",), show_default=True,
+    help="Repeatable. build:read reads the account's builds; build:write sends builds to it; metrics:read is "
+    "the operator's: /metrics shows every account's figures, whichever account the token names.",
+)
 @click.option("--expires-in", default="1000d", show_default=True, help="Lifetime: 30d, 12h, 90m or 3600s.")
 @click.option("--label", default="", help="What the token is for.")
 def token_create(db: str, account: str, scopes: tuple[str, ...], expires_in: str, label: str) -> None:

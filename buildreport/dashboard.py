@@ -21,6 +21,7 @@ from litestar.params import PathParameter, QueryParameter
 
 from buildreport import charts, filters, humanize
 from buildreport.api import _errors, _integer, _ok, _principal, json_response, query_pairs
+from buildreport.auth import link_token_ended
 from buildreport.errors import Problem
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
@@ -62,7 +63,8 @@ async def get_dashboard_url(
     expires_us = -(-(now_us() + ttl * US_PER_SECOND) // US_PER_SECOND) * US_PER_SECOND
     signer: DashboardSigner = request.app.state.dashboard_signer
     url = signer.link_url(
-        request.app.state.settings.base_url, DashboardClaims(_principal(request).account_id, expires_us)
+        request.app.state.settings.base_url,
+        DashboardClaims(_principal(request).account_id, expires_us, _principal(request).token_id),
     )
     return json_response(request, msgspec.json.encode(DashboardURL(url=url, expires_at=from_us(expires_us))))
 
@@ -105,7 +107,8 @@ class _Links:
         self._claims = claims
 
     def to(self, build_id: int, derivation_path: str, status: str, create_us: int) -> BuildLink:
-        url = self._signer.link_url(self._base, LinkClaims(self._claims.account_id, build_id, self._claims.expires_us))
+        claims = LinkClaims(self._claims.account_id, build_id, self._claims.expires_us, self._claims.token_id)
+        url = self._signer.link_url(self._base, claims)
         return BuildLink(build_id, url, derivation_name(derivation_path), status_view(BuildStatus(status)), create_us)
 
     def newest(self, newest: Newest) -> BuildLink:
@@ -149,6 +152,7 @@ def _charts(periods: Sequence[BuildStatsGroup], kind: str) -> dict[str, Any]:
                 charts.Series("running", "s-running", [g.running_build_count for g in periods]),
             ],
             lambda v: f"{v:,.0f}",
+            charts.Scale.INTEGER,
         ),
         "success": charts.lines(
             f"Success rate per {unit}",
@@ -168,6 +172,7 @@ def _charts(periods: Sequence[BuildStatsGroup], kind: str) -> dict[str, Any]:
                 ),
             ],
             _seconds,
+            charts.Scale.DURATION,
         ),
         "cpu": charts.stacked_bars(
             f"CPU hours per {unit}",
@@ -187,7 +192,9 @@ def _usage_chart(this_month: Usage, last_month: Usage) -> Any:
 
 
 def _page_url(prefix: str, token: str, window: str, tags: Sequence[tuple[str, str]]) -> str:
-    query = [("window", window)] + ([("tags", ",".join(f"{k}:{v}" for k, v in tags))] if tags else [])
+    """A link to the page: each tag a `tag.KEY=VALUE` of its own, so that a comma or colon in a key or value
+    stays part of it and the link selects exactly its tags."""
+    query = [("window", window), *((filters.DASHBOARD_TAG + key, value) for key, value in dict.fromkeys(tags))]
     return f"{prefix}/d/{token}?{urlencode(query)}"
 
 
@@ -197,9 +204,9 @@ def _page_url(prefix: str, token: str, window: str, tags: Sequence[tuple[str, st
 class DashboardPage(Exception):
     """An answer other than the dashboard: an error page with its status code."""
 
-    def __init__(self, status: int, title: str, kind: str, expired: Any = None) -> None:
+    def __init__(self, status: int, title: str, kind: str, expired: Any = None, reason: str = "") -> None:
         super().__init__(title)
-        self.status, self.title, self.kind, self.expired = status, title, kind, expired
+        self.status, self.title, self.kind, self.expired, self.reason = status, title, kind, expired, reason
 
 
 def _page_error(request: Request[Any, Any, Any], exc: DashboardPage) -> Response[bytes]:
@@ -211,6 +218,7 @@ def _page_error(request: Request[Any, Any, Any], exc: DashboardPage) -> Response
         title=exc.title,
         kind=exc.kind,
         expired=exc.expired,
+        reason=exc.reason,
         status_code=exc.status,
     )
 
@@ -238,8 +246,11 @@ async def dashboard_page(
     now = now_us()
     if claims.expires_us <= now:
         raise DashboardPage(410, "This link has expired", "dashboard-expired", from_us(claims.expires_us))
-    query = _parse_page(request)
     reader: Reader = request.app.state.reader
+    ended = await link_token_ended(reader, claims.token_id, now)
+    if ended is not None:
+        raise DashboardPage(410, "This link was revoked", "revoked", reason=ended)
+    query = _parse_page(request)
     account = claims.account_id
     kind = "hour" if query.window == "24h" else "day"
     window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], tags=query.tags)

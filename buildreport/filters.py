@@ -431,13 +431,30 @@ class DashboardQuery(msgspec.Struct, frozen=True):
     tags: tuple[tuple[str, str], ...] = ()
 
 
+DASHBOARD_TAG = "tag."
+
+
 def parse_dashboard_query(pairs: Pairs) -> DashboardQuery:
-    """Parameters of the dashboard page: `window` (24h, 7d, 30d, 90d) and `tags` as in /builds."""
-    params = _Params(pairs, ("window", "tags"), ("tags",))
+    """Parameters of the dashboard page: `window` (24h, 7d, 30d, 90d), `tags` as in /builds, and any number of
+    `tag.KEY=VALUE`: one tag each, its key and value taken whole (a comma or colon in either is just a
+    character), which is how the page's own links name a tag."""
+    params = _Params([p for p in pairs if not p[0].startswith(DASHBOARD_TAG)], ("window", "tags"), ("tags",))
     window = params.single("window") or DEFAULT_DASHBOARD_WINDOW
     if window not in DASHBOARD_WINDOWS:
         params.fail("window", f"{window!r} is not a window; allowed: {', '.join(DASHBOARD_WINDOWS)}")
-    tags = _parse_tags(params)
+    tags = dict.fromkeys(_parse_tags(params))
+    for name, value in pairs:
+        key = name.removeprefix(DASHBOARD_TAG)
+        if not name.startswith(DASHBOARD_TAG):
+            continue
+        if not key:
+            params.fail(name, "a tag needs a key: tag.KEY=VALUE")
+        elif "\x00" in key + value:
+            params.fail(name[:MAX_SHOWN_CHARS], "contains the NUL character, which no tag holds")
+        else:
+            tags[(key, value)] = None
+    if len(tags) > MAX_TAG_PAIRS:
+        params.fail("tags", f"{len(tags)} tag pairs given; at most {MAX_TAG_PAIRS} per request")
     params.raise_if_failed()
-    return DashboardQuery(window=window, tags=tags)
+    return DashboardQuery(window=window, tags=tuple(tags))
 

@@ -129,7 +129,8 @@ class ReadAnswers:
             row = await auth.authenticate(reader, scope["headers"], READ_SCOPE, now)
             if auth.spent(row, now):  # the router refuses it (429) without the answer's query
                 return None
-            ask = answers.Ask(answers.pairs_of(scope["query_string"]), row.account_id, reader, self.app.state, build_id)
+            ask = answers.Ask(answers.pairs_of(scope["query_string"]), row.account_id, reader, self.app.state, build_id,
+                              row.token_id)
             json = await route.answer(ask)
             limits = auth.admit(reader, row, now)
         except Exception:  # a refusal, a bad parameter, a database error or anything else: the router answers it

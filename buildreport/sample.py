@@ -30,7 +30,9 @@ SAMPLE_BUILDS = 3000
 SAMPLE_DAYS = 30
 SAMPLE_ACCOUNTS = ("acme", "globex")
 SAMPLE_SEED = 1
-SAMPLE_END = datetime(2026, 11, 1, tzinfo=UTC)
+# A Saturday, 00:00 UTC: the last day is a working day, so the demo's last 24 hours (its default window) hold
+# failures as well as successes.
+SAMPLE_END = datetime(2026, 10, 31, tzinfo=UTC)
 SAMPLE_PATH = Path("buildreport/sample_data/builds.jsonl.gz")  # inside the package, from the checkout
 
 _BASE_BUILD_ID = 100_000

@@ -1,4 +1,9 @@
-"""Signed links: build pages and dashboards, their claims inside, signed with the newest key, checked with all."""
+"""Signed links: build pages and dashboards, their claims inside, signed with the newest key, checked with all.
+
+A link made with an API token names that token (`token_id`); the page it opens checks that the token is still
+live, so revoking a token ends its links. Links the server makes by itself carry no token id; they, and links
+made before links named their token, live until their own expiry or until the signing key is rotated away.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +22,13 @@ class LinkClaims(msgspec.Struct, frozen=True, array_like=True):
     account_id: int
     build_id: int
     expires_us: int
+    token_id: str | None = None  # the API token the link was made with; its revocation ends the link
 
 
 class DashboardClaims(msgspec.Struct, frozen=True, array_like=True):
     account_id: int
     expires_us: int
+    token_id: str | None = None
 
 
 Claims = TypeVar("Claims", LinkClaims, DashboardClaims)
@@ -40,7 +47,7 @@ class Signer(Generic[Claims]):
         self._each_key = [URLSafeSerializer(key, salt=salt) for key in secret_keys]
 
     def sign(self, claims: Claims) -> str:
-        return self._serializer.dumps(msgspec.to_builtins(claims))
+        return self._serializer.dumps(_payload(claims))
 
     def link_url(self, base_url: str, claims: Claims) -> str:
         """The absolute address of the page these claims open."""
@@ -55,10 +62,17 @@ class Signer(Generic[Claims]):
         # itsdangerous decodes base64 leniently (added padding, other unused bits in the last character):
         # only the exact text one of the keys issues for these claims is accepted.
         presented = token.encode("utf-8", "replace")
-        canonical = msgspec.to_builtins(claims)
+        canonical = _payload(claims)
         if not any(hmac.compare_digest(each.dumps(canonical).encode(), presented) for each in self._each_key):
             return None
         return claims
+
+
+def _payload(claims: LinkClaims | DashboardClaims) -> list[object]:
+    """The claims as the link carries them; a missing token id is left out, so claims without one sign exactly
+    as they did before links named their token."""
+    values = msgspec.to_builtins(claims)
+    return values[:-1] if values[-1] is None else values
 
 
 class LinkSigner(Signer[LinkClaims]):

@@ -31,9 +31,11 @@ from litestar.middleware import ASGIMiddleware
 from litestar.params import PathParameter
 from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
+from markupsafe import Markup
 
-from buildreport import humanize
+from buildreport import ansi, humanize
 from buildreport.answers import RawHeaders, raw_headers
+from buildreport.auth import link_token_ended
 from buildreport.errors import Problem, shown
 from buildreport.filters import CANONICAL_INT
 from buildreport.linklimits import LinkLimits, TooMany, client_key
@@ -143,11 +145,20 @@ class RelatedBuild:
     status: StatusView | None  # None when that build is not in the database
 
 
+def _shown(value: Any) -> Any:
+    """Every value a page writes, before it is escaped: a stored text (a status message, a tag, a system) loses
+    escape sequences, control characters and bidirectional controls, as a log line does (ansi.py). HTML the
+    code made (Markup: log lines, charts) is left as it is."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return ansi.strip(value)
+    return value
+
+
 def _environment() -> Environment:
     templates = {name: body.decode() for name, body in _package_files("templates", (".html",)).items()}
     env = Environment(
         loader=DictLoader(templates), autoescape=True, undefined=StrictUndefined, trim_blocks=True,
-        lstrip_blocks=True, keep_trailing_newline=False,
+        lstrip_blocks=True, keep_trailing_newline=False, finalize=_shown,
     )
     env.filters.update(
         duration=humanize.duration, size=humanize.size, count=humanize.count, percent=humanize.percent,
@@ -252,9 +263,13 @@ async def _open_link(state: State, token: str) -> tuple[LinkClaims, bytes]:
     claims = signer.verify(token)
     if claims is None:
         raise LinkPage(403, {"title": "This link is not valid", "kind": "invalid"})
-    if claims.expires_us <= now_us():
+    now = now_us()
+    if claims.expires_us <= now:
         raise LinkPage(410, {"title": "This link has expired", "kind": "expired",
                              "expired": from_us(claims.expires_us), "build_id": claims.build_id})
+    ended = await link_token_ended(_reader(state), claims.token_id, now)
+    if ended is not None:
+        raise LinkPage(410, {"title": "This link was revoked", "kind": "revoked", "reason": ended})
     body = await _reader(state).build(claims.account_id, claims.build_id)
     if body is None:
         raise LinkPage(404, {"title": "Build not found", "kind": "no-build", "build_id": claims.build_id})
@@ -283,7 +298,7 @@ async def _related(state: State, claims: LinkClaims, build_id: int | None) -> Re
     if build_id is None:
         return None
     signer: LinkSigner = state.signer
-    url = signer.link_url(state.settings.base_url, LinkClaims(claims.account_id, build_id, claims.expires_us))
+    url = signer.link_url(state.settings.base_url, msgspec.structs.replace(claims, build_id=build_id))
     body = await _reader(state).build(claims.account_id, build_id)
     status = status_view(_stored_build(body, build_id).build_status) if body is not None else None
     return RelatedBuild(build_id, url, status)

@@ -62,7 +62,7 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 10.0) -> float:
 def startup_once(exe: list[str], workers: int, timeout: float) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="buildreport-measure-") as tmp:
         port = free_port()
-        command = [*exe, "serve", "--db", str(Path(tmp) / "measure.db"), "--host", "127.0.0.1",
+        command = [*exe, "serve", "--create", "--db", str(Path(tmp) / "measure.db"), "--host", "127.0.0.1",
                    "--port", str(port), "--workers", str(workers), "--no-access-log"]
         log = open(Path(tmp) / "server.log", "wb")  # noqa: SIM115 (closed below)
         started = time.perf_counter()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,6 +32,19 @@ from buildreport.tokens import new_token
 
 TEST_KEY = "test-signing-key-0123456789-abcdefghijklmnopqrstuvwxyz"
 
+RUN_TMP = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Everything a run writes to the temporary folder (pytest's tmp_path folders, servers' metrics folders, the
+    demo's database, the PostgreSQL cluster, Nix's build folders) goes into one folder of the run's own, set
+    before any test or process starts; the end of the session checks that nothing is left in it."""
+    folder = Path(tempfile.mkdtemp(prefix="buildreport-tests-"))
+    folder.chmod(0o711)  # the PostgreSQL cluster's user (not root) must reach its folder inside; nobody can list it
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = str(folder)
+    config.stash[RUN_TMP] = folder
+
 
 # Every test that takes a database runs on each engine.
 ENGINES = ("sqlite", "postgresql")
@@ -48,6 +63,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             text = server.log.read_text(errors="replace") if server.log.exists() else "(no log)"
             report.sections.append((f"server log {server.url}", text[-LOG_TAIL_CHARS:]))
     return report
+
+
+@pytest.hookimpl(trylast=True)  # after pytest has removed its own tmp_path folders (tmp_path_retention_policy)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when it left anything in the temporary folder; then remove the run's folder, so that a run
+    leaves nothing behind either way."""
+    run_tmp = session.config.stash[RUN_TMP]
+    pytest_root = run_tmp / f"pytest-of-{getpass.getuser()}"  # pytest's own parent folder, empty once it cleaned up
+    left = sorted(
+        str(p.relative_to(run_tmp))
+        for p in run_tmp.rglob("*")
+        if p != pytest_root and (p.is_symlink() or not p.is_dir() or not any(p.iterdir()))
+    )
+    shutil.rmtree(run_tmp, ignore_errors=True)
+    if left:
+        shown = "\n  ".join(left[:20]) + (f"\n  … and {len(left) - 20} more" if len(left) > 20 else "")
+        sys.stderr.write(f"\nthe run left {len(left)} files or folders in its temporary folder:\n  {shown}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -181,20 +214,31 @@ def buildreport_command() -> list[str]:
 
 
 class Server:
-    def __init__(self, process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], url: str, log: Path, tmp: Path | None = None) -> None:
         self.process = process
         self.url = url
         self.log = log
+        self.tmp = tmp  # the server's TMPDIR
+        self.stopped_cleanly = False
 
     def stop(self) -> int:
         if self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=10)
+                self.stopped_cleanly = True
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
         return self.process.returncode
+
+    def left_behind(self) -> list[str]:
+        """The temporary folders (metrics, a demo's database) a server that stopped on SIGTERM left in its TMPDIR:
+        it must remove them itself (only a killed server cannot)."""
+        if self.tmp is None or not self.stopped_cleanly:
+            return []
+        patterns = ("buildreport-metrics-*", "buildreport-demo-*")
+        return sorted(p.name for pattern in patterns for p in self.tmp.glob(pattern))
 
 
 def self_signed(folder: Path, name: str = "server") -> tuple[Path, Path]:
@@ -235,6 +279,18 @@ def self_signed(folder: Path, name: str = "server") -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+_SERVER_FOLDERS: list[Path] = []  # the session's folder for servers of PostgreSQL databases, once made
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _server_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    _SERVER_FOLDERS.append(tmp_path_factory.mktemp("servers"))
+
+
+def _server_folders() -> Path:
+    return _SERVER_FOLDERS[0]
+
+
 def start_server(
     db: Path,
     *args: str,
@@ -247,8 +303,14 @@ def start_server(
 ) -> Server:
     """`buildreport serve` on a free port (or the one given) of 127.0.0.1, once /healthz (under `prefix`) answers."""
     port = port or free_port()
-    log = (Path(tempfile.mkdtemp(prefix="buildreport-server-")) if is_postgres(str(db)) else Path(db).parent)
-    log = log / f"server-{port}.log"
+    postgres = is_postgres(str(db))
+    if not postgres and not Path(db).exists():
+        open_database(db).close()  # a test's empty database, made as Env.client makes it: `serve` never creates one
+    # The log and the server's temporary files (its metrics folder) go beside the database, in the test's tmp_path,
+    # so they go with it even when a test kills the server; a PostgreSQL database has no folder: the server gets
+    # one of its own among pytest's folders, which pytest removes.
+    folder = Path(tempfile.mkdtemp(prefix="server-", dir=_server_folders())) if postgres else Path(db).parent
+    log = folder / f"server-{port}.log"
     command = [
         *buildreport_command(),
         "serve",
@@ -264,9 +326,10 @@ def start_server(
         *args,
     ]
     handle = log.open("wb")
-    process = subprocess.Popen(
-        command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}
-    )
+    environment = {**os.environ, "TMPDIR": str(folder), **(env or {})}
+    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               env=environment)
+    handle.close()  # the server holds its own copy
     url = f"{scheme}://127.0.0.1:{port}{prefix}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -274,11 +337,11 @@ def start_server(
             raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
         try:
             if httpx.get(url + "/healthz", timeout=1, verify=verify).status_code == 200:
-                return Server(process, url, log)
+                return Server(process, url, log, Path(environment["TMPDIR"]))
         except httpx.HTTPError:
             pass
         time.sleep(0.05)
-    process.kill()
+    Server(process, url, log).stop()
     raise RuntimeError(f"server did not answer within {timeout}s:\n{log.read_text()}")
 
 
@@ -295,6 +358,8 @@ def serve(request: pytest.FixtureRequest) -> Iterator[Callable[..., Server]]:
     yield _start
     for server in started:
         server.stop()
+    left = [name for server in started for name in server.left_behind()]
+    assert not left, f"servers left {left} in their temporary folder"
 
 
 class Demo:
@@ -319,7 +384,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             [*buildreport_command(), "demo", "--port", str(port), "--workers", "1", "--no-access-log"],
             stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(folder)},
         )
-    server = Server(process, f"http://127.0.0.1:{port}", log)
+    server = Server(process, f"http://127.0.0.1:{port}", log, tmp=folder)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -334,6 +399,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         raise RuntimeError(f"demo did not answer within 60s:\n{log.read_text()}")
     yield Demo(server, out.read_text())
     server.stop()
+    assert not server.left_behind(), f"the demo left {server.left_behind()} in its temporary folder"
 
 
 @pytest.fixture(scope="session")

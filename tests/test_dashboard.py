@@ -10,12 +10,14 @@ import time
 from html import unescape
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 import pytest
 import test_browser as tb
-from conftest import ENGINES, TEST_KEY, Env, auth, new_database
+from conftest import ENGINES, TEST_KEY, Env, auth, new_database, record
 from test_stats import FAILED, RECORDS, us
+from test_web import revoke
 
 from buildreport.cli import sample_data_path
 from buildreport.demo import prepare_demo
@@ -100,6 +102,21 @@ def test_expired_and_altered_dashboard_links_say_so(api):
     assert client.get(altered).status_code == 403
 
 
+def test_a_dashboard_link_and_its_build_links_end_when_their_token_is_revoked(api):
+    env, client, _ = api
+    secret = env.token()
+    path = dashboard_path(client, secret)
+    page = client.get(path + "?window=7d")
+    assert page.status_code == 200
+    builds = re.findall(r'<a href="http://testserver.local(/b/[^"]+)">build \d+</a>', page.text)
+    assert builds and client.get(builds[0]).status_code == 200
+    revoke(env, secret)
+    for opened in (path, builds[0]):
+        response = client.get(opened)
+        assert response.status_code == 410, opened
+        assert "The API token this link was made with has been revoked." in response.text
+
+
 def test_dashboard_page_has_the_strict_headers_and_no_script(api):
     _, client, secret = api
     response = client.get(dashboard_path(client, secret))
@@ -164,6 +181,49 @@ def test_the_tag_filter_narrows_every_figure(api):
     params = {"group_by": "status", "tags": "project:web", "create_time_from": window_start("7d")}
     groups = client.get("/builds/stats", params=params, headers=auth(secret)).json()
     assert f"Builds {sum(g['build_count'] for g in groups):,}" in text
+
+
+# Pairs whose old `tags=KEY:VALUE,…` link named another build's tags: a comma in a value, a colon in a key.
+TRICKY_TAGS = [
+    {"k": "v,x:y"},
+    {"k": "v", "x": "y"},
+    {"a:b": "c"},
+    {"a": "b:c"},
+    {"bidi": "ok\u202egnp.exe\x1b[31m"},
+]
+
+
+@pytest.fixture(scope="module")
+def tricky(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tricky")
+    env = Env(tmp, new_database(request, "sqlite", tmp))
+    env.load([record(i, build_status="running", system="x86_64-linux\u2066\x07", tags=tags)
+              for i, tags in enumerate(TRICKY_TAGS, start=1)])
+    secret = env.token()
+    with env.client() as client:
+        yield client, dashboard_path(client, secret)
+
+
+def test_every_tag_link_selects_exactly_its_tag(tricky):
+    client, path = tricky
+    page = client.get(path).text
+    links = {unescape(href) for href in re.findall(r'<a class="tag" href="([^"]+)"', page)}
+    assert len(links) == sum(len(tags) for tags in TRICKY_TAGS)
+    for href in links:
+        [(key, value)] = [(k.removeprefix("tag."), v) for k, v in parse_qsl(urlsplit(href).query)
+                          if k.startswith("tag.")]
+        carrying = [i for i, tags in enumerate(TRICKY_TAGS, start=1) if tags.get(key) == value]
+        narrowed = client.get(href)
+        assert narrowed.status_code == 200, href
+        shown_ids = {int(n) for n in re.findall(r">build (\d+)</a>", narrowed.text)}
+        assert shown_ids == set(carrying), (key, value)
+
+
+def test_stored_text_on_the_dashboard_has_no_bidi_or_control_characters(tricky):
+    client, path = tricky
+    page = client.get(path).text
+    assert not set(page) & set("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\x1b\x07")
+    assert "bidi:okgnp.exe" in page and "x86_64-linux," in page
 
 
 @pytest.mark.parametrize("params", [{"window": "1y"}, {"tags": "novalue"}, {"when": "now"}])
@@ -331,6 +391,33 @@ def test_dashboard_on_a_phone_in_dark_mode(demo, serve, browser):
     chart_box = page.locator("#outcomes-h ~ svg").bounding_box()
     assert chart_box is not None and chart_box["width"] <= 360
     assert watch.problems == []
+    context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_chart_labels_and_tables_fit_on_a_wide_screen_and_a_phone(demo, serve, browser, width):
+    """Every tick label lies inside its chart and is at least 9 px high; every figure of the derivation tables is
+    within the screen, without scrolling sideways."""
+    env, link = demo
+    server = serve(env.db, "--secret-key", TEST_KEY, "--no-access-log")
+    url = server.url + link.removeprefix("http://testserver.local")
+    context = browser.new_context(viewport={"width": width, "height": 900}, is_mobile=width < 500)
+    page = context.new_page()
+    for window in ("24h", "7d", "90d"):
+        assert page.goto(f"{url}?window={window}").status == 200
+        for chart in page.locator("svg.chart:not(.compare)").all():
+            box = chart.bounding_box()
+            assert box is not None
+            for tick in chart.locator("text.tick").all():
+                inside = tick.bounding_box()
+                assert inside is not None, window
+                assert inside["x"] >= box["x"] - 0.5 and inside["y"] >= box["y"] - 0.5, (window, tick.text_content())
+                assert inside["x"] + inside["width"] <= box["x"] + box["width"] + 0.5, (window, tick.text_content())
+                assert inside["height"] >= 9, (window, tick.text_content(), inside)
+        for cell in page.locator("#slowest-h ~ div table td, #failing-h ~ div table td").all():
+            cell_box = cell.bounding_box()
+            assert cell_box is not None and cell_box["x"] + cell_box["width"] <= width, (window, cell.inner_text())
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= width
     context.close()
 
 

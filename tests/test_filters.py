@@ -16,9 +16,11 @@ from buildreport.filters import (
     DEFAULT_LIMIT,
     BuildFilter,
     Cursor,
+    DashboardQuery,
     ListQuery,
     UsageQuery,
     parse_build_id,
+    parse_dashboard_query,
     parse_list_query,
     parse_no_params,
     parse_summary_query,
@@ -484,3 +486,24 @@ def test_status_values_are_capped_with_one_reason_that_says_the_cap():
 def test_reasons_quote_long_values_cut_short():
     (reason,) = rejected(parse_list_query, [("limit", "9" * 5000)], NOW_US)["limit"]
     assert len(reason) < 300 and "5000 characters" in reason
+
+
+@pytest.mark.parametrize(
+    ("query", "tags"),
+    [
+        ([("tags", "project:web,branch:main")], (("project", "web"), ("branch", "main"))),
+        ([("tag.project", "web")], (("project", "web"),)),
+        ([("tag.branch", "release,2"), ("tag.a:b", "c")], (("branch", "release,2"), ("a:b", "c"))),
+        ([("tag.a", "b:c")], (("a", "b:c"),)),
+        ([("tag.k", "")], (("k", ""),)),
+        ([("tags", "k:v"), ("tag.k", "v"), ("tag.x.y", "z")], (("k", "v"), ("x.y", "z"))),
+    ],
+)
+def test_dashboard_tag_parameters_take_key_and_value_whole(query, tags):
+    assert parse_dashboard_query(query) == DashboardQuery(tags=tags)
+
+
+@pytest.mark.parametrize("query", [[("tag.", "v")], [("tag.k", "a\x00")], [("tag.k", str(i)) for i in range(33)]])
+def test_bad_dashboard_tag_parameters_are_refused(query):
+    with pytest.raises(InvalidParams):
+        parse_dashboard_query(query)

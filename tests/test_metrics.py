@@ -7,12 +7,14 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from conftest import ENGINES, NOW, Env, auth, new_database, record
 from litestar.testing import TestClient
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from buildreport.app import create_app
+from buildreport.cli import main
 from buildreport.metrics import HOUR_US
 from buildreport.store.totals import hour_of
 from buildreport.times import now_us, to_us
@@ -134,6 +136,17 @@ def test_routed_requests_are_counted_timed_and_their_errors_apart(
     }
     # In progress is labelled by route (status 200 while it runs) and is back to nothing once answered.
     assert value("buildreport_requests_in_progress", 200) == 0
+
+
+def test_a_metrics_token_reads_every_accounts_figures_whichever_account_it_names(api):
+    """`metrics:read` is the operator's scope: the README and `token create --help` say so."""
+    env, client, _, _ = api
+    for account in ("acme", "globex", "ops"):
+        found = samples(client.get("/metrics", headers=auth(env.token(account, ("metrics:read",)))).text)
+        stored = {dict(labels)["account"] for (name, labels), _ in found.items() if name == "buildreport_builds_stored"}
+        assert stored == {"acme", "globex"}
+    help_text = " ".join(CliRunner().invoke(main, ["token", "create", "--help"]).output.split())
+    assert "metrics:read is the operator's: /metrics shows every account's figures" in help_text
 
 
 def test_account_figures_equal_a_plain_computation(api):

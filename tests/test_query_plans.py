@@ -68,6 +68,7 @@ QUERIES = {
     "token": queries.token_by_digest(b"x" * 32),
     "trusted CI identities of an issuer": trust.policies_of("https://token.actions.githubusercontent.com"),
     **{f"badge, {name}": badges.newest_finished(1, series, SQLITE) for name, series in BADGE_SERIES.items()},
+    "token by id (a signed link's token)": queries.token_by_id("tok_0123456789abcdef"),
     "builds by source id (POST /builds)": builds_by_source(1, ["runner-1:a", "runner-1:b"]),
     **{
         f"stats by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind, "project" if kind == "tag" else None))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -56,6 +58,37 @@ def run_curl(line: str, values: dict[str, str]) -> httpx.Response:
     return httpx.request(method, url, headers=headers, content=body, timeout=30)
 
 
+def has_data(value: Any) -> bool:
+    """Whether an answer holds any figure, item or link: a non-empty list, a non-zero number or a `url`."""
+    if isinstance(value, list):
+        return bool(value)
+    if isinstance(value, dict):
+        return bool(value.get("url")) or any(has_data(v) for v in value.values())
+    return isinstance(value, int | float) and not isinstance(value, bool) and value != 0
+
+
+def assert_has_data(line: str, response: httpx.Response) -> None:
+    """An example answers with data: builds, figures, a link or rows, never an empty list or only zeros."""
+    if response.headers["content-type"].startswith("application/json"):
+        assert has_data(response.json()), (line, response.text[:300])
+    else:
+        assert len(response.text.splitlines()) > 1, (line, response.text[:300])  # a header and rows
+
+
+_WINDOW_EDGE = re.compile(r"[?&](\w*?)(from|to)=(\d{4}-\d\d-\d\d)")
+
+
+def within_the_demo(line: str, days: int = 30) -> bool:
+    """Whether the dates an example names leave any of the demo's data in its window (the demo's data ends now
+    and spans the sample's days, so an example's fixed dates hold data only while they are that recent)."""
+    today = datetime.now(UTC).date()
+    for _, edge, day in _WINDOW_EDGE.findall(line):
+        moment = date.fromisoformat(day)
+        if (edge == "to" and moment <= today - timedelta(days=days)) or (edge == "from" and moment > today):
+            return False
+    return True
+
+
 def test_the_readme_sets_base_and_header_as_the_examples_use_them():
     text = README.read_text()
     assert "BASE=http://127.0.0.1:8000\n" in text
@@ -69,6 +102,8 @@ def test_readme_example_runs_against_the_demo(demo, line):
     values["H"] = f"Authorization: Bearer {values['TOKEN']}"
     response = run_curl(line, values)
     assert 200 <= response.status_code < 300, (line, response.status_code, response.text[:300])
+    if "/healthz" not in line and within_the_demo(line):
+        assert_has_data(line, response)
 
 
 def test_the_lines_the_demo_prints_run_as_printed(demo):
@@ -78,3 +113,4 @@ def test_the_lines_the_demo_prints_run_as_printed(demo):
     for line in printed:
         response = run_curl(line, values)
         assert 200 <= response.status_code < 300, (line, response.status_code)
+        assert_has_data(line, response)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import httpx
-from conftest import auth, record
+from conftest import auth, buildreport_command, free_port, record
 
 
 def wait_for(predicate, timeout: float = 5.0) -> bool:
@@ -108,3 +108,37 @@ def test_a_serving_process_freezes_what_it_started_with_and_collects_less_often(
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.split() == ["True", "True"]
+
+
+def test_serve_refuses_a_missing_database_and_says_how_to_make_one(tmp_path):
+    for args in (["--db", str(tmp_path / "typo.db")], []):  # a typo, and plain `serve` in an empty folder
+        result = subprocess.run(
+            [*buildreport_command(), "serve", "--port", str(free_port()), *args],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, cwd=tmp_path,
+        )
+        assert result.returncode == 1, result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith("Error: ") and "does not exist" in line
+        assert "buildreport import --db" in line and "--create" in line
+    assert list(tmp_path.iterdir()) == []  # nothing made: no database, tokens file or signing key
+
+
+def test_serve_create_starts_with_an_empty_database(tmp_path):
+    db, port = tmp_path / "new.db", free_port()
+    process = subprocess.Popen(
+        [*buildreport_command(), "serve", "--create", "--db", str(db), "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), timeout=20)
+        assert db.exists()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 
 from buildreport import humanize, logtext, web
 from buildreport.signing import LinkClaims, LinkSigner
+from buildreport.store import open_auth
+from buildreport.store.admin import revoke_token
 from buildreport.times import US_PER_SECOND, from_us
+from buildreport.tokens import digest
 
 SECURITY_HEADERS = {
     "cache-control": "no-store",
@@ -136,6 +139,48 @@ def test_expired_link_is_410_with_the_time_it_expired(env):
     assert "hello" not in raw.text
 
 
+def revoke(env, secret: str) -> None:
+    """Revoke the token `secret` as `buildreport token revoke` does."""
+    reader_conn = open_auth(env.db)
+    try:
+        with reader_conn:
+            row = reader_conn.execute("SELECT token_id FROM tokens WHERE digest = ?", (digest(secret),)).fetchone()
+            assert revoke_token(reader_conn, row[0], now_us())
+    finally:
+        reader_conn.close()
+
+
+def test_a_link_ends_when_the_token_that_made_it_is_revoked(env):
+    env.load([record(1, log="hello\n"), record(2, restart_of_build_id=1, log="again\n")])
+    secret, other = env.token(), env.token()
+    with env.client() as client:
+        path = link(client, secret, 2)
+        kept = link(client, other, 2)
+        assert claims_of(path).token_id is not None
+        assert client.get(path).status_code == 200
+        restart = re.findall(r'<a href="http://testserver\.local(/b/[^"]+)">build 1</a>', client.get(path).text)
+        revoke(env, secret)
+        for opened in (path, path + "/log", restart[0]):
+            response = client.get(opened)
+            assert response.status_code == 410, opened
+            assert "This link was revoked" in response.text
+            assert "The API token this link was made with has been revoked." in response.text
+            assert "hello" not in response.text and "again" not in response.text
+            assert_secure(response)
+        assert client.get(kept).status_code == 200  # another token's links live on
+
+
+def test_a_link_without_a_token_lives_until_it_expires(env):
+    """Links made before links named their token, and links the server makes by itself, name no token."""
+    env.load([record(1, log="hello\n")])
+    secret = env.token()
+    with env.client() as client:
+        claims = claims_of(link(client, secret, 1))
+        revoke(env, secret)
+        token = LinkSigner((TEST_KEY,)).sign(LinkClaims(claims.account_id, 1, claims.expires_us))
+        assert "hello" in client.get(f"/b/{token}").text
+
+
 def test_a_link_expires_at_exactly_expires_at(env):
     env.load([record(1)])
     secret = env.token()
@@ -158,7 +203,7 @@ def humanize_parse(text: str):
 def test_tampered_links_are_403(env):
     env.load([record(1, log="hello\n")])
     secret = env.token()
-    with env.client() as client:
+    with env.client(link_rate_limit=0) as client:  # every variant of a link is tried: more than a minute's pages
         path = link(client, secret, 1)
         token = token_of(path)
         payload, signature = token.split(".")
@@ -338,6 +383,27 @@ def test_everything_is_escaped(env):
     assert "-&lt;b&gt;bold&lt;/b&gt;.drv" in page
 
 
+HIDDEN = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\x1b\x07\x00\x08\x7f\x85\x9b"
+
+
+def test_bidi_and_control_characters_never_reach_the_page(env):
+    """A status message, tag, system or output that would reorder or hide text shows its plain characters."""
+    sneaky = "ok\u202e gnp.exe\u2066 x\x1b[31m red\x07 bell\x08"
+    env.load([
+        record(1, build_status="build_failed", status_message=sneaky, tags={"k" + sneaky: "v" + sneaky},
+               system="x86_64-linux" + sneaky, outputs=[{"name": "out" + sneaky, "path": "/nix/store/p" + sneaky,
+                                                         "nar_hash": "sha256:h", "nar_size_bytes": 1}],
+               log="a\u202eb\u2067c\n")
+    ])
+    secret = env.token()
+    with env.client() as client:
+        page = client.get(link(client, secret, 1)).text
+    assert not set(page) & set(HIDDEN)
+    assert "[31m" not in page
+    assert page.count("ok gnp.exe x red bell") >= 6  # message, tag key and value, system, output name and path
+    assert ">abc</div>" in page  # and in the log, as before
+
+
 def test_log_lines_have_anchors(env):
     env.load([record(1, log="".join(f"line {i}\n" for i in range(1, 13)))])
     secret = env.token()
@@ -473,7 +539,7 @@ def test_restart_links_are_signed_links_with_the_same_expiry(env):
         assert len(hrefs) == 1
         second_path = urlsplit(hrefs.pop()).path
         second = claims_of(second_path)
-        assert second == LinkClaims(first.account_id, 2, first.expires_us)
+        assert second == LinkClaims(first.account_id, 2, first.expires_us, first.token_id)
         second_page = client.get(second_path)
         assert second_page.status_code == 200
         assert "built fine" in second_page.text

@@ -237,6 +237,10 @@ def token_by_digest(digest: bytes) -> Query:
     )
 
 
+def token_by_id(token_id: str) -> Query:
+    return "SELECT expires_us, revoked_us FROM auth.tokens WHERE token_id = ?", [token_id]
+
+
 def touch_token(token_id: str, now_us: int) -> Query:
     return "UPDATE tokens SET last_used_us = ? WHERE token_id = ?", [now_us, token_id]
 

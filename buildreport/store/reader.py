@@ -171,6 +171,11 @@ class Reader(abc.ABC):
     async def _write_auth(self, query: queries.Query) -> None:
         """Run one statement on the tokens, committed at once."""
 
+    async def token_life(self, token_id: str) -> tuple[int, int | None] | None:
+        """(expires_us, revoked_us) of the token `token_id`, as of the latest commit; None when it is not known."""
+        rows = await self._key(queries.token_by_id(token_id))
+        return (rows[0][0], rows[0][1]) if rows else None
+
     async def list_builds(self, account_id: int, query: ListQuery) -> BuildPage:
         ((count, array, hashes),) = await self._short(queries.list_builds(account_id, query, self.dialect))
         if not count:

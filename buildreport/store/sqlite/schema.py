@@ -477,7 +477,10 @@ def open_database(path: Path | str, *, create: bool = True) -> sqlite3.Connectio
     """
     path = Path(path)
     if not create and not path.exists():
-        raise DatabaseError(f"{path} does not exist; create it with `buildreport import` or `buildreport demo`")
+        raise DatabaseError(
+            f"{path} does not exist; create it with `buildreport import --db {path} FILE…`, or start with an "
+            f"empty one with `buildreport serve --db {path} --create`"
+        )
     if not path.parent.exists():
         raise DatabaseError(f"cannot create {path}: directory {path.parent} does not exist")
     if path.is_dir():
