@@ -13,7 +13,7 @@ from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
 from buildreport.store.sqlite.schema import attach_auth, open_database
-from buildreport.store.writer import builds_by_source
+from buildreport.store.writer import LINKED_ABOVE, LINKED_BELOW, builds_by_source
 
 FILTERS = {
     "window": BuildFilter(create_from_us=1, create_to_us=None),
@@ -59,6 +59,8 @@ QUERIES = {
     "log": queries.get_log(1, 5),
     "token": queries.token_by_digest(b"x" * 32),
     "builds by source id (POST /builds)": builds_by_source(1, ["runner-1:a", "runner-1:b"]),
+    "ids linked to above the highest (POST /builds)": (LINKED_ABOVE, [5, 5]),
+    "ids linked to below the lowest (POST /builds)": (LINKED_BELOW, [5, 5]),
     **{
         f"stats by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind, "project" if kind == "tag" else None))
         for name, f in FILTERS.items()
