@@ -513,3 +513,16 @@ def test_a_session_of_two_builds_records_each_with_its_own_times_and_cpu(tmp_pat
     assert fail["peak_memory_use_kilobytes"] is None and ok["peak_memory_use_kilobytes"] is None
     assert fail["tags"] == {"job": "7"} and ok["tags"] == {"job": "7", "drvtag": "yes"}
     assert fail["source_id"] != ok["source_id"]
+
+
+def test_a_build_never_starts_before_it_was_created_even_when_the_clock_steps_back(tmp_path: Path) -> None:
+    from buildreport.record.runner import Build
+
+    session = Session(RunnerConfig(sink=lambda record: None, state_dir=tmp_path, cpu_count=2,
+                                   allocated_megabytes=1024), {})
+    request = BuildRequest("/nix/store/" + "a" * 32 + "-x.drv", (), (), "x86_64-linux", "/bin/sh", (), {}, 0)
+    build = Build(1, request, "host:1:a", create_time=1_000.5, requested=1_000.5, start=999.0, end=1_010.5)
+    build.status = "built"
+    record = session.record(build, final=True)
+    assert record["start_time"] == record["create_time"]
+    assert (record["queue_time_seconds"], record["duration_seconds"]) == (0.0, 10.0)
