@@ -14,6 +14,7 @@ import msgspec
 MAX_DEPTH = 32
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _AS_SQUARE = bytes.maketrans(b"{}", b"[]")
+_ENCODE = msgspec.json.Encoder().encode
 _COLON_ESCAPES = (b"\\u003a", b"\\u003A")  # the only ways but ":" itself to write a colon in a JSON string
 
 
@@ -41,13 +42,14 @@ def depth_reason(limit: int = MAX_DEPTH) -> str:
 def duplicate_key(data: bytes) -> str | None:
     """A key that one object of this JSON text (valid, and no deeper than a record) holds twice, or None.
 
-    Most texts are cleared by counting: every key is followed by a colon, so without a repeated key the colons
-    of the text (and escaped ones) are the keys plus the colons inside strings, which the decoded value shows;
-    a repeated key drops a key, and its value, from the decoded value. Only a text that fails the count is read
-    again, key by key."""
-    tree = msgspec.json.decode(data)
-    colons = data.count(b":") + sum(data.count(escape) for escape in _COLON_ESCAPES)
-    if colons == _keys_and_colons(tree):
+    Most texts are cleared by counting: every key is followed by a colon, so without a repeated key the text
+    has as many colons (written or escaped) as the decoded value written out again, with its keys and the
+    colons inside its strings; a repeated key drops a key, and its value, from the decoded value. Only a text
+    that fails the count is read again, key by key."""
+    colons = data.count(b":")
+    if b"\\u003" in data:
+        colons += sum(data.count(escape) for escape in _COLON_ESCAPES)
+    if colons == _ENCODE(msgspec.json.decode(data)).count(b":"):
         return None
     repeated: list[str] = []
 
@@ -61,23 +63,6 @@ def duplicate_key(data: bytes) -> str | None:
 
     json.loads(data, object_pairs_hook=pairs)
     return repeated[0] if repeated else None
-
-
-def _keys_and_colons(value: Any) -> int:
-    """The keys of every object in a decoded value and the colons in all its strings."""
-    total = 0
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        kind = type(item)
-        if kind is str:
-            total += item.count(":")
-        elif kind is dict:
-            total += len(item) + "".join(item).count(":")
-            pending.extend(item.values())
-        elif kind is list:
-            pending.extend(item)
-    return total
 
 
 def duplicate_reason(key: str) -> str:
