@@ -10,10 +10,11 @@ from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQu
 from buildreport.models import BuildStatus
 from buildreport.store import day_figures, day_summaries, queries, stats_queries, tag_totals
 from buildreport.store.dialect import POSTGRESQL
+from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
 from buildreport.store.sqlite.schema import attach_auth, open_database
-from buildreport.store.writer import LINKED_ABOVE, LINKED_BELOW, builds_by_source
+from buildreport.store.writer import builds_by_source
 
 FILTERS = {
     "window": BuildFilter(create_from_us=1, create_to_us=None),
