@@ -61,7 +61,10 @@ def duplicate_key(data: bytes) -> str | None:
             seen.add(key)
         return dict(items)
 
-    json.loads(data, object_pairs_hook=pairs)
+    try:
+        json.loads(data, object_pairs_hook=pairs)
+    except ValueError:  # text the record's decoder took: nothing known to be repeated, rather than a fault
+        return None
     return repeated[0] if repeated else None
 
 
