@@ -253,7 +253,8 @@ async def dashboard_page(
     query = _parse_page(request)
     account = claims.account_id
     kind = "hour" if query.window == "24h" else "day"
-    window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], tags=query.tags)
+    # The window ends now: a build dated far ahead never stretches its periods.
+    window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], create_to_us=now, tags=query.tags)
     # The reads run at once: each one's figures are computed while the next ones wait on the database.
     async with request.app.state.heavy:
         periods, (tables, newest, newest_failed), (this_month, last_month), running, failures = await asyncio.gather(

@@ -25,7 +25,10 @@ from buildreport.store.stats_queries import account_id, iter_export_pages
 from buildreport.times import now_us
 
 COLUMNS: tuple[str, ...] = Build.__struct_fields__
-MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "ndjson": "application/x-ndjson"}
+MEDIA_TYPES = {"csv": "text/csv", "ndjson": "application/x-ndjson"}  # Litestar adds "; charset=utf-8" to text
+# A text cell beginning with one of these is a formula to a spreadsheet: OWASP's CSV injection advice is to
+# write it after a single quote, which spreadsheets show as text and do not evaluate.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _DECODE = msgspec.json.decode
 _ENCODE = msgspec.json.encode
 
@@ -36,13 +39,16 @@ def header(export_format: str) -> bytes:
 
 
 def _cell(value: object) -> object:
-    """A CSV cell: null as empty, nested values (outputs, tags) as JSON, times as the API writes them."""
+    """A CSV cell: null as empty, nested values (outputs, tags) as JSON, times as the API writes them, text
+    that a spreadsheet would take for a formula after a single quote; numbers as they are."""
     if value is None:
         return ""
     if isinstance(value, list | dict):
         return _ENCODE(value).decode()
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
     return value
 
 

@@ -382,6 +382,9 @@ def parse_stats_query(pairs: Pairs, now_us: int) -> StatsQuery:
     if end_us is None:
         end_us = max(now_us, build_filter.create_from_us)
     if group_by.kind in TIME_GROUPINGS:
+        # The window ends at `to` or now, however far ahead a build was dated: its periods are counted, and
+        # bounded, before any work.
+        build_filter = msgspec.structs.replace(build_filter, create_to_us=end_us)
         period = US_PER_DAY if group_by.kind == "day" else US_PER_DAY // 24
         periods = -(-end_us // period) - build_filter.create_from_us // period
         if periods > MAX_TIME_GROUPS:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from buildreport.jsoncheck import depth_reason, duplicate_key, duplicate_reason, too_deep
 from buildreport.models import UNFINISHED, ImportRecord
 from buildreport.store import Connection, after_bulk_write, bulk_write, deferred_indexes, loads_fresh
 from buildreport.store.fresh_load import FreshLoad
@@ -125,6 +126,8 @@ def check_record(record: ImportRecord) -> tuple[str, str] | None:
         problem = check_time(getattr(record, name))
         if problem is not None:
             return name, problem
+    if record.start_time < record.create_time:
+        return "start_time", f"is before create_time ({record.create_time.isoformat()}); a build starts once created"
     if record.build_status in UNFINISHED:
         if record.duration_seconds is not None:
             return "duration_seconds", f"must be null while the build is {record.build_status.value}"
@@ -154,11 +157,26 @@ def check_links(record: ImportRecord) -> tuple[str, str] | None:
 def decode_line(line: bytes) -> ImportRecord | tuple[str, str]:
     """A record, or (field, reason) for a line that is not one."""
     try:
-        return _DECODER.decode(line)
+        record = _DECODER.decode(line)
     except msgspec.MsgspecError as exc:
-        return decode_error(exc)
+        return undecodable(line, exc)
     except UnicodeDecodeError as exc:  # msgspec checks UTF-8 inside strings with Python's codec
         return "(line)", f"not valid UTF-8 (byte {exc.start} of a string: {exc.reason})"
+    return repeated_key(line) or record
+
+
+def undecodable(text: bytes, exc: msgspec.MsgspecError) -> tuple[str, str]:
+    """(field, reason) for JSON text that is no record: nesting no record has is named as such."""
+    if too_deep(text):
+        return "(record)", depth_reason()
+    return decode_error(exc)
+
+
+def repeated_key(text: bytes) -> tuple[str, str] | None:
+    """(field, reason) for a record's JSON text that holds a key twice in one object, where the decoder took the
+    last and ignored the others. Called once the record decoded: its nesting is a record's."""
+    key = duplicate_key(text)
+    return None if key is None else ("(record)", duplicate_reason(key))
 
 
 def read_records(paths: list[Path], errors: list[RecordError]) -> Iterator[tuple[Location, ImportRecord]]:
@@ -190,6 +208,8 @@ def read_records(paths: list[Path], errors: list[RecordError]) -> Iterator[tuple
 
 
 def _read_error(exc: BaseException) -> str:
+    if isinstance(exc, gzip.BadGzipFile):
+        return f"is not valid gzip, or data follows its compressed data: {exc}"
     if isinstance(exc, OSError) and exc.strerror:
         return f"cannot be read: {exc.strerror}"
     return f"cannot be read: {exc or type(exc).__name__}"

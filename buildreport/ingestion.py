@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from buildreport.errors import Problem
-from buildreport.ingest import check_links, check_record, decode_error
+from buildreport.ingest import check_links, check_record, decode_error, repeated_key, undecodable
+from buildreport.jsoncheck import depth_reason, too_deep
 from buildreport.models import MAX_TAGS, BuildRecord, InvalidRecord
 
 JSON = "application/json"
@@ -22,6 +23,7 @@ MEDIA_TYPES = (JSON, NDJSON)
 # A bad request names this many records; `invalid_record_count` says how many there were in all.
 MAX_REPORTED_RECORDS = 100
 _INFLATE_CHUNK = 1024 * 1024
+_GZIP_MAGIC = b"\x1f\x8b"
 
 _NAMED_FIELD = re.compile(r"(?:missing required|unknown) field `([^`]+)`")
 _RECORD = msgspec.json.Decoder(BuildRecord)
@@ -83,26 +85,32 @@ async def read_body(chunks: AsyncIterator[bytes], declared: int | None, limit: i
 
 
 def inflate(body: bytes, limit: int) -> bytes:
-    """A gzip body inflated in bounded steps; a 413 once it would exceed `limit` bytes."""
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    """A gzip body inflated in bounded steps; a 413 once it would exceed `limit` bytes. Members may follow one
+    another (as gzip allows); anything else after the compressed data is a 400, never silently dropped."""
     parts: list[bytes] = []
     size = 0
     pending = body
-    try:
-        while pending:
-            part = inflater.decompress(pending, min(_INFLATE_CHUNK, limit - size + 1))
-            size += len(part)
-            if size > limit:
-                raise too_large(limit)
-            parts.append(part)
-            pending = inflater.unconsumed_tail
-            if inflater.eof:
-                break
-    except zlib.error as exc:
-        raise Problem(400, f"The body is not valid gzip: {exc}") from exc
-    if not inflater.eof:
-        raise Problem(400, "The gzip body is cut short")
-    return b"".join(parts)
+    while True:
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            while pending:
+                part = inflater.decompress(pending, min(_INFLATE_CHUNK, limit - size + 1))
+                size += len(part)
+                if size > limit:
+                    raise too_large(limit)
+                parts.append(part)
+                pending = inflater.unconsumed_tail
+                if inflater.eof:
+                    break
+        except zlib.error as exc:
+            raise Problem(400, f"The body is not valid gzip: {exc}") from exc
+        if not inflater.eof:
+            raise Problem(400, "The gzip body is cut short")
+        pending = inflater.unused_data
+        if not pending:
+            return b"".join(parts)
+        if not pending.startswith(_GZIP_MAGIC):
+            raise Problem(400, f"The gzip body has {len(pending)} bytes of trailing data after its compressed data")
 
 
 def split_records(body: bytes, kind: str, max_records: int) -> list[bytes]:
@@ -112,6 +120,10 @@ def split_records(body: bytes, kind: str, max_records: int) -> list[bytes]:
             raws: list[bytes] = [bytes(raw) for raw in _ARRAY.decode(body)]
         except msgspec.MsgspecError as exc:
             raise Problem(400, f"The body must be a JSON array of build records: {decode_error(exc)[1]}") from exc
+        except RecursionError:
+            # Decoding stops at the interpreter's recursion limit with this clean error; scanning every body's
+            # brackets first (jsoncheck.too_deep) costs more than decoding it.
+            raise Problem(400, f"The body must be a JSON array of build records: {depth_reason()}") from None
     else:
         raws = [line for line in body.split(b"\n") if line.strip()]
     if not raws:
@@ -139,8 +151,8 @@ def record_conflict(record: BuildRecord) -> InvalidRecord | None:
     return None if problem is None else InvalidRecord(-1, *problem)
 
 
-def _field_reason(exc: msgspec.MsgspecError) -> tuple[str, str]:
-    field, reason = decode_error(exc)
+def _field_reason(raw: bytes, exc: msgspec.MsgspecError) -> tuple[str, str]:
+    field, reason = undecodable(raw, exc)
     if "unknown field `account`" in reason:
         return "account", "records are written to the token's account; leave `account` out"
     named = _NAMED_FIELD.search(reason)
@@ -168,6 +180,8 @@ def decode_record(raw: bytes) -> BuildRecord:
     except msgspec.ValidationError as exc:
         if "got `float`" not in str(exc):
             raise
+        if too_deep(raw):  # decoded as plain data next, which recurses
+            raise msgspec.ValidationError(depth_reason()) from None
         return msgspec.convert(_whole_numbers(msgspec.json.decode(raw)), BuildRecord)
 
 
@@ -194,12 +208,12 @@ def parse_records(
         try:
             record = with_trusted_tags(decode_record(raw), trusted or {})
         except msgspec.MsgspecError as exc:
-            invalid.append(InvalidRecord(index, *_field_reason(exc)))
+            invalid.append(InvalidRecord(index, *_field_reason(raw, exc)))
             continue
         except UnicodeDecodeError as exc:  # msgspec checks UTF-8 inside strings with Python's codec
             invalid.append(InvalidRecord(index, "(record)", f"not valid UTF-8 (byte {exc.start} of a string)"))
             continue
-        problem = check_write_record(record)
+        problem = repeated_key(raw) or check_write_record(record)
         if problem is not None:
             invalid.append(InvalidRecord(index, *problem))
             continue

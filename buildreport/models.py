@@ -17,6 +17,11 @@ UtcDatetime = Annotated[
     datetime,
     msgspec.Meta(tz=True, description="RFC 3339 time with an offset, 1970-01-01 to 9900-01-01 UTC; returned in UTC."),
 ]
+StartTime = Annotated[
+    datetime,
+    msgspec.Meta(tz=True, description="RFC 3339 time with an offset, 1970-01-01 to 9900-01-01 UTC, never before "
+                 "`create_time`; returned in UTC."),
+]
 AccountName = Annotated[
     str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$", description="Short account name, e.g. `acme`.")
 ]
@@ -124,7 +129,7 @@ class Build(msgspec.Struct, forbid_unknown_fields=True):
 
     build_id: BuildId
     create_time: UtcDatetime
-    start_time: UtcDatetime
+    start_time: StartTime
     queue_time_seconds: Seconds
     duration_seconds: Seconds | None
     build_status: BuildStatus

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
-from buildreport.filters import GroupBy, StatsQuery
+from buildreport.filters import MAX_TIME_GROUPS, GroupBy, StatsQuery
 from buildreport.models import BuildStatsGroup, Percentiles, UsageBreakdownGroup
 from buildreport.store import day_figures, day_summaries
 from buildreport.times import US_PER_DAY, format_us, from_us
@@ -225,8 +225,8 @@ def _ordered(groups: dict[Any, _Group], query: StatsQuery) -> list[tuple[Any, _G
     low = query.filter.create_from_us
     first = low - low % period
     last = query.end_us - 1 if query.end_us > low else first - 1
-    if groups:
-        last = max(last, max(groups))
+    if (last - first) // period >= MAX_TIME_GROUPS:
+        raise ValueError(f"a time grouping of more than {MAX_TIME_GROUPS} periods")  # the query parsers refuse it
     return [(start, groups.get(start) or _Group()) for start in range(first, last + 1, period)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -159,3 +160,13 @@ def test_token_list_shows_when_a_token_was_last_used(env):
             time.sleep(0.05)
     row = run("token", "list", "--db", str(env.db)).stdout.splitlines()[1]
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+-$", row), row
+
+
+def test_import_of_deeply_nested_lines_names_them_and_exits_non_zero(env, tmp_path):
+    path = tmp_path / "deep.jsonl"
+    path.write_text(json.dumps(record(1)) + "\n" + "[" * 10_000 + "]" * 10_000 + "\n")
+    result = run("import", "--db", str(env.db), str(path), expect=1)
+    assert result.stderr.splitlines()[0] == f"{path}:2: (record): arrays and objects are nested more than 32 deep;" \
+        " no build record is"
+    assert "Traceback" not in result.stderr
+    assert query(env.db, "SELECT count(*) FROM builds") == [(0,)]

@@ -436,3 +436,20 @@ def test_expired_dashboard_link_in_a_browser(demo, serve, browser):
     assert watch.problems == []
     context.close()
     assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_build_dated_far_ahead_leaves_the_window_and_its_periods_as_they_are(request, tmp_path, engine):
+    from datetime import UTC, datetime
+
+    from conftest import record
+
+    env = Env(tmp_path, new_database(request, engine, tmp_path))
+    far = datetime(9899, 12, 31, 12, tzinfo=UTC)
+    env.load([record(1), record(2, create_time=far, start_time=far.isoformat())])
+    secret = env.token()
+    with env.client() as client:
+        page = client.get(dashboard_path(client, secret) + "?window=24h")
+    assert page.status_code == 200
+    assert "Builds 1 " in text_of(page.text)  # the window ends now
+    assert len(page.content) < 200_000

@@ -227,3 +227,23 @@ def test_export_command_reports_bad_input_in_one_line(api, tmp_path, args, code,
 def test_export_command_needs_an_existing_database(tmp_path):
     result = run("export", "--db", str(tmp_path / "none.db"), "--account", "acme", expect=1)
     assert "does not exist" in result.stderr
+
+
+FORMULAS = ["=HYPERLINK(\"http://evil\",\"x\")", "+1+2", "-2+3", "@SUM(A1)", "\tx=1", "\r=1", "plain", " =1"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_csv_cells_a_spreadsheet_would_evaluate_are_written_as_text(request, tmp_path, engine):
+    env = Env(tmp_path, new_database(request, engine, tmp_path))
+    env.load([record(i, status_message=text, tags={"t": text}, cpu_seconds=7, create_time=NOW - timedelta(minutes=i))
+              for i, text in enumerate(FORMULAS, start=1)])
+    with env.client() as client:
+        response = client.get("/builds/export", params={**FROM, "format": "csv"}, headers=auth(env.token()))
+    assert response.headers["content-type"] == "text/csv; charset=utf-8"
+    rows = list(csv.reader(io.StringIO(response.content.decode(), newline="")))
+    cells = [dict(zip(rows[0], row, strict=True)) for row in rows[1:]]
+    assert [c["status_message"] for c in cells] == [
+        "'" + text if text[0] in "=+-@\t\r" else text for text in FORMULAS
+    ]
+    assert {(c["cpu_seconds"], c["build_id"][0]) for c in cells} <= {("7", str(i)) for i in range(1, 9)}
+    assert json.loads(cells[0]["tags"]) == {"t": FORMULAS[0]}  # JSON cells begin with "{" and stay JSON

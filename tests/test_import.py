@@ -259,3 +259,38 @@ def test_the_location_kept_per_build_is_not_tracked_by_the_garbage_collector():
     """An import keeps one per build until it ends; tracked, a million of them slow every collection."""
     location = Location(str(Path("builds.jsonl")), 1)
     assert not gc.is_tracked(location)
+
+
+def test_lines_a_decoder_takes_but_no_record_holds_are_named_and_nothing_is_written(tmp_path, db):
+    """Deep nesting, a key given twice (the last would win), a start before creation: each named by its line."""
+    run_import(db, write_jsonl(tmp_path / "first.jsonl", [record(1)]))
+    before = db_digest(db)
+    deep = "[" * 10_000 + "]" * 10_000
+    twice = json.dumps(record(3))[:-1] + ', "build_status": "timeout"}'
+    lines = [
+        json.dumps(record(2)),
+        deep,
+        twice,
+        json.dumps(record(4)).replace('"tags": {}', '"tags": {"a": ' + deep + "}"),
+        json.dumps(record(5, create_time="2026-11-21T07:33:16Z", start_time="2026-11-21T07:33:15.999999Z")),
+    ]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ImportFailed) as failure:
+        run_import(db, path)
+    assert [str(e) for e in failure.value.errors] == [
+        f"{path}:2: (record): arrays and objects are nested more than 32 deep; no build record is",
+        f'{path}:3: (record): the key "build_status" appears twice in one object; each key may appear once',
+        f"{path}:4: (record): arrays and objects are nested more than 32 deep; no build record is",
+        f"{path}:5: start_time: is before create_time (2026-11-21T07:33:16+00:00); a build starts once created",
+    ]
+    assert db_digest(db) == before
+
+
+def test_a_gzip_file_with_data_after_its_compressed_data_is_refused(tmp_path, db):
+    path = tmp_path / "trailing.jsonl.gz"
+    path.write_bytes(gzip.compress((json.dumps(record(1)) + "\n").encode()) + b"junk")
+    with pytest.raises(ImportFailed) as failure:
+        run_import(db, path)
+    assert "data follows its compressed data" in str(failure.value.errors[0])
+    assert query(db, "SELECT count(*) FROM builds") == [(0,)]

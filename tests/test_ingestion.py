@@ -281,3 +281,76 @@ def test_whole_numbers_written_with_a_fraction_are_taken_as_integers(service):
     build = service.get(f"/builds/{answer.json()['build_ids'][0]}").json()
     assert (build["cpu_seconds"], build["cpu_count"]) == (42, 2)
     problem(service.post([{**write_record("whole:2"), "cpu_seconds": 42.5}]), 400)
+
+
+# --- input a decoder takes but a record must not hold ----------------------------------------------
+
+DEEP = b"[" * 10_000 + b"]" * 10_000
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+@pytest.mark.parametrize(
+    "body, kind",
+    [
+        (DEEP, JSON),
+        (b"[" + DEEP + b"]", JSON),
+        (b'[{"tags": {"a": ' + DEEP + b"}}]", JSON),
+        (DEEP + b"\n", NDJSON),
+        (b'{"tags": {"a": ' + DEEP + b"}}\n", NDJSON),
+        (b'{"build_id": 1.5, "tags": {"a": ' + DEEP + b"}}\n", NDJSON),  # decoded again as plain data
+    ],
+)
+def test_deeply_nested_json_is_a_400_naming_the_nesting(service, body, kind, gzipped):
+    headers = {"Content-Encoding": "gzip"} if gzipped else {}
+    answer = problem(service.post(gzip.compress(body) if gzipped else body, kind=kind, **headers), 400)
+    assert "nested more than 32 deep" in json.dumps(answer)
+
+
+def test_a_key_given_twice_in_one_object_is_a_400_naming_it(service):
+    record = json.dumps(write_record("twice:1"))
+    top = record[:-1] + ', "build_status": "timeout"}'
+    nested = record.replace('"tags": {}', '"tags": {"team": "a", "team": "b"}')
+    assert nested != record
+    escaped = record[:-1] + ', "build\\u005fstatus": "timeout"}'  # the same key, written another way
+    answer = problem(service.post(f"[{top}, {nested}, {escaped}]".encode()), 400)
+    assert [(r["index"], r["reason"]) for r in answer["invalid_records"]] == [
+        (0, 'the key "build_status" appears twice in one object; each key may appear once'),
+        (1, 'the key "team" appears twice in one object; each key may appear once'),
+        (2, 'the key "build_status" appears twice in one object; each key may appear once'),
+    ]
+    colons = json.loads(record)
+    colons["tags"] = {"a:b": "c:d", "a\u003ab2": "x"}
+    assert service.post([colons]).status_code == 200  # colons inside keys and values are no repeated key
+
+
+def test_a_build_that_starts_before_it_was_created_is_a_400(service):
+    early = write_record("early:1", create_time="2026-11-21T07:33:16+01:00", start_time="2026-11-21T06:33:15Z")
+    answer = problem(service.post([early]), 400)
+    assert answer["invalid_records"][0]["field"] == "start_time"
+    assert answer["invalid_records"][0]["reason"].startswith("is before create_time")
+    same = write_record("early:2", create_time="2026-11-21T07:33:16+01:00", start_time="2026-11-21T06:33:16Z")
+    assert service.post([same]).status_code == 200
+
+
+def test_a_gzip_body_with_data_after_its_compressed_stream_is_a_400(service):
+    body = gzip.compress(json.dumps([write_record("trailing:1")]).encode())
+    answer = problem(service.post(body + b"junk", **{"Content-Encoding": "gzip"}), 400)
+    assert "4 bytes of trailing data" in answer["detail"]
+    lines = json.dumps(write_record("members:1")).encode() + b"\n"
+    two = gzip.compress(lines) + gzip.compress(json.dumps(write_record("members:2")).encode())
+    assert service.post(two, kind=NDJSON, **{"Content-Encoding": "gzip"}).json()["created"] == 2  # members may follow
+
+
+def test_links_to_free_ids_neither_block_nor_name_another_accounts_builds(service):
+    mine = service.post([write_record("links:0")]).json()["build_ids"][0]
+    dangling = [write_record(f"links:g{i}", restart_of_build_id=mine + 50 + i) for i in range(1, 51)]
+    refused = problem(service.post(dangling, token=service.other_writer), 409)
+    assert refused["invalid_record_count"] == 50
+    taken = problem(service.post([write_record("links:g0", restart_of_build_id=mine)], token=service.other_writer),
+                    409)
+    free = problem(service.post([write_record("links:g0", restart_of_build_id=mine + 10_000)],
+                                token=service.other_writer), 409)
+    assert taken["invalid_records"][0]["reason"] == free["invalid_records"][0]["reason"].replace(
+        str(mine + 10_000), str(mine))  # an id of another account answers as a free one does
+    created = service.post([write_record(f"links:a{i}") for i in range(100)]).json()
+    assert created["created"] == 100

@@ -10,6 +10,7 @@ from buildreport.filters import BadgeSeries, BuildFilter, Cursor, GroupBy, ListQ
 from buildreport.models import BuildStatus
 from buildreport.store import badges, day_figures, day_summaries, prune, queries, stats_queries, tag_totals, trust
 from buildreport.store.dialect import POSTGRESQL, SQLITE
+from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
 from buildreport.store.sqlite.schema import attach_auth, open_database
@@ -70,6 +71,8 @@ QUERIES = {
     **{f"badge, {name}": badges.newest_finished(1, series, SQLITE) for name, series in BADGE_SERIES.items()},
     "token by id (a signed link's token)": queries.token_by_id("tok_0123456789abcdef"),
     "builds by source id (POST /builds)": builds_by_source(1, ["runner-1:a", "runner-1:b"]),
+    "ids linked to above the highest (POST /builds)": (LINKED_ABOVE, [5, 5]),
+    "ids linked to below the lowest (POST /builds)": (LINKED_BELOW, [5, 5]),
     **{
         f"stats by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind, "project" if kind == "tag" else None))
         for name, f in FILTERS.items()

@@ -62,6 +62,18 @@ def test_internal_json_is_asked_for_and_a_users_log_format_dropped() -> None:
     assert argv == ["nix-build", "-E", "x", "--log-format", "internal-json", "-v", "--", "--weird-file.nix"]
 
 
+def test_a_build_never_starts_before_the_command_even_when_the_clock_steps_back() -> None:
+    from buildreport.record.local import LocalBuild
+
+    recorder = Recorder(["nix-build", "a.nix"], lambda records: None, cpu_count=2, allocated_megabytes=1024)
+    recorder.create_time = 1_000.5
+    build = LocalBuild("/nix/store/" + "a" * 32 + "-x.drv", 1, "", 999.0, "host:1:a")
+    drv = nix.Derivation(build.drv_path, "x86_64-linux", {}, {})
+    common = recorder._common(build, drv)
+    assert common["start_time"] == common["create_time"]
+    assert common["queue_time_seconds"] == 0.0
+
+
 @pytest.mark.parametrize("command", [[], ["nix-shell", "a.nix"], ["nix", "develop"], ["make"]])
 def test_other_commands_are_refused(command: list[str]) -> None:
     with pytest.raises(UsageError):

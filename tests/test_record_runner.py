@@ -595,3 +595,16 @@ def test_cpu_seconds_and_utilization_come_from_the_same_whole_seconds(tmp_path: 
     result = BuildResult(BuildResultStatus.Built, "", cpu_user_us=300_000, cpu_system_us=100_000)
     final = one_build(tmp_path, result, meter=(0.0, 0.4), seconds=2)
     assert final["cpu_seconds"] == 0 and final["average_cpu_utilization"] == 0
+
+
+def test_a_build_never_starts_before_it_was_created_even_when_the_clock_steps_back(tmp_path: Path) -> None:
+    from buildreport.record.runner_build import Build
+
+    session = Session(RunnerConfig(sink=lambda record: None, state_dir=tmp_path, cpu_count=2,
+                                   allocated_megabytes=1024), {})
+    request = BuildRequest("/nix/store/" + "a" * 32 + "-x.drv", (), (), "x86_64-linux", "/bin/sh", (), {}, 0)
+    build = Build(1, request, "host:1:a", create_time=1_000.5, requested=1_000.5, start=999.0, end=1_010.5)
+    build.status = "built"
+    record = session.record(build, final=True)
+    assert record["start_time"] == record["create_time"]
+    assert (record["queue_time_seconds"], record["duration_seconds"]) == (0.0, 10.0)

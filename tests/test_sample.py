@@ -151,3 +151,10 @@ def test_bad_arguments_are_refused() -> None:
         generate(builds=10, days=1, accounts=[], seed=1, end=SMALL_END)
     with pytest.raises(ValueError):
         generate(builds=10, days=1, accounts=["acme"], seed=1, end=datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_generated_builds_never_start_before_they_are_created(seed: int) -> None:
+    """Such a build is refused by import and POST /builds alike."""
+    for r in _small(seed, builds=300, days=2):
+        assert r.start_time >= r.create_time

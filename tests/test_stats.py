@@ -120,9 +120,9 @@ def plain_stats(
     ]
     if group_by in ("day", "hour"):
         period = 86_400 * US if group_by == "day" else 3_600 * US
-        end = high if high is not None else max(now, low)
-        starts = {us(r["create_time"]) // period * period for r in chosen}
-        last = max([end - 1, *starts]) if end > low else max([low // period * period - 1, *starts])
+        end = high if high is not None else max(now, low)  # the window ends at create_time_to or now
+        chosen = [r for r in chosen if us(r["create_time"]) < end]
+        last = end - 1 if end > low else low // period * period - 1
         out = []
         for start in range(low // period * period, last + 1, period):
             moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=start)
@@ -278,11 +278,11 @@ def test_derivation_name_is_the_store_path_name_without_drv(path, name):
     assert derivation_name(path) == name
 
 
-def _stats(env: Env, **params: Any) -> list[dict[str, Any]]:
+def _stats(env: Env, expect: int = 200, **params: Any) -> Any:
     secret = env.token()
     with env.client() as client:
         response = client.get("/builds/stats", params=params, headers=auth(secret))
-    assert response.status_code == 200, response.text
+    assert response.status_code == expect, response.text
     return response.json()
 
 
@@ -314,15 +314,29 @@ def test_tag_groups_follow_a_build_written_again_under_the_same_tag(tmp_path):
     assert web["queue_time_seconds"]["max"] == 0.1 + 0.2
 
 
-def test_an_open_window_reaches_builds_created_after_now(tmp_path):
+def test_an_open_window_of_periods_ends_now_and_other_groupings_reach_past_it(tmp_path):
     env = Env(tmp_path)
     later = NOW + timedelta(days=2)
     env.load([record(1), record(2, create_time=later, start_time=later.isoformat(), duration_seconds=3.5)])
-    groups = _stats(env, create_time_from=z(us((NOW - timedelta(days=1)).isoformat())), group_by="day")
-    assert groups[-1]["key"] == later.date().isoformat()
-    assert groups[-1]["build_count"] == 1
-    assert groups[-1]["duration_seconds"]["p50"] == 3.5
-    assert sum(g["build_count"] for g in groups) == 2
+    since = z(us((NOW - timedelta(days=1)).isoformat()))
+    groups = _stats(env, create_time_from=since, group_by="day")
+    assert groups[-1]["key"] == datetime.now(UTC).date().isoformat()
+    assert sum(g["build_count"] for g in groups) == 1
+    (status,) = _stats(env, create_time_from=since, group_by="status")
+    assert status["build_count"] == 2
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_build_dated_far_ahead_never_stretches_the_periods(request, tmp_path, engine):
+    env = Env(tmp_path, new_database(request, engine, tmp_path))
+    far = datetime(9899, 12, 31, 12, tzinfo=UTC)
+    env.load([record(1), record(2, create_time=far, start_time=far.isoformat(), tags={"project": "web"})])
+    since = z(us((NOW - timedelta(hours=24)).isoformat()))
+    for extra in ({}, {"tags": "project:web"}, {"status": "built"}):
+        hours = _stats(env, create_time_from=since, group_by="hour", **extra)
+        assert 24 <= len(hours) <= 26
+    days = _stats(env, create_time_from=since, create_time_to="9899-12-31", group_by="day", expect=400)
+    assert "narrow create_time_from/create_time_to" in days["invalid_params"][0]["reason"]
 
 
 def test_an_empty_tag_value_is_a_group_of_its_own(tmp_path):

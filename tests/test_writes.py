@@ -10,9 +10,10 @@ import msgspec
 import pytest
 from conftest import record
 
-from buildreport.models import MAX_DURATION_SECONDS, BuildRecord
+from buildreport.models import MAX_DURATION_SECONDS, BuildRecord, ImportRecord
 from buildreport.store import open_database
 from buildreport.store.totals import MAX_ACCOUNT_TOTAL, OVERSIZED
+from buildreport.store.writer import BuildWriter
 from buildreport.store.writes import WriteConflicts, write_records
 
 
@@ -186,3 +187,60 @@ def test_a_write_that_would_take_an_hours_sums_past_64_bits_is_refused_and_write
     invalid = [(r.index, r.field, r.reason) for r in refused.value.invalid]
     assert invalid == [(builds - 1, "duration_seconds", OVERSIZED)]
     assert [row[2] for row in stored(conn)] == ["first"]
+
+
+def test_restart_links_to_free_ids_are_refused_without_naming_other_accounts_builds(conn):
+    write_records(conn, ACME, records(write_record("a:0")), 0)
+    globex = write_records(conn, GLOBEX, records(write_record("g:0")), 0).build_ids[0]
+    dangling = [write_record(f"g:{i}", restart_of_build_id=globex + 50 + i) for i in range(1, 51)]
+    with pytest.raises(WriteConflicts) as caught:
+        write_records(conn, GLOBEX, records(*dangling, write_record("g:x", restart_of_build_id=1)), 0)
+    reasons = {(r.field, r.reason.split(" (")[0]) for r in caught.value.invalid}
+    assert ("restart_of_build_id", "no build 1 in this account") in reasons  # as for an id still free
+    assert len(caught.value.invalid) == 51
+    result = write_records(conn, ACME, records(*(write_record(f"a:{i}") for i in range(1, 101))), 0)
+    assert result.created == 100
+    assert conn.execute("SELECT count(*) FROM builds WHERE restart_of_build_id IS NOT NULL").fetchone() == (0,)
+
+
+def test_restart_links_within_one_request_and_to_stored_builds_are_kept(conn):
+    first = write_records(conn, ACME, records(write_record("r:1", build_status="internal_error")), 0).build_ids[0]
+    result = write_records(
+        conn,
+        ACME,
+        records(write_record("r:2", restart_of_build_id=first, build_status="internal_error",
+                             restarted_as_build_id=900), write_record("r:3", build_id=900)),
+        0,
+    )
+    assert result.build_ids == [901, 900]  # assigned after the ids the request names
+    links = conn.execute("SELECT build_id, restart_of_build_id, restarted_as_build_id FROM builds ORDER BY 1")
+    assert links.fetchall() == [(1, None, 901), (900, 901, None), (901, 1, 900)]
+    again = write_records(conn, ACME, records(write_record("r:2", restart_of_build_id=first,
+                                                           build_status="internal_error")), 0)
+    assert again.unchanged == 1
+
+
+def import_records(conn, *dicts: dict[str, Any]) -> None:
+    """Records as `import` writes them: an operator's, whose links may name builds not imported yet."""
+    errors: list[tuple] = []
+    writer = BuildWriter(conn, lambda *error: errors.append(error), 0)
+    for index, fields in enumerate(dicts):
+        writer.add(f"line {index}", msgspec.convert(fields, ImportRecord))
+    writer.finish()
+    assert errors == []
+    conn.commit()
+
+
+def test_imported_links_to_free_ids_never_block_or_join_another_accounts_new_builds(conn):
+    import_records(conn, *(record(i, account=GLOBEX, restart_of_build_id=100 + i) for i in range(1, 51)))
+    result = write_records(conn, ACME, records(*(write_record(f"a:{i}") for i in range(60))), 0)
+    assert result.created == 60
+    assert not set(result.build_ids) & set(range(101, 151))  # the ids globex's builds wait for are never assigned
+    acme_links = conn.execute(
+        "SELECT count(*) FROM builds WHERE account_id = (SELECT account_id FROM accounts WHERE name = 'acme')"
+        " AND restarted_as_build_id IS NULL AND restart_of_build_id IS NULL"
+    )
+    assert acme_links.fetchone() == (60,)
+    with pytest.raises(WriteConflicts) as caught:  # naming such an id outright is refused, naming no build
+        write_records(conn, ACME, records(write_record("a:x", build_id=101)), 0)
+    assert caught.value.invalid[0].reason == "a build of another account links to build 101; name another"

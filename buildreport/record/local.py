@@ -313,7 +313,7 @@ class Recorder:
         return {
             "source_id": build.source_id,
             "create_time": utc(self.create_time),
-            "start_time": utc(build.start),
+            "start_time": utc(max(build.start, self.create_time)),  # never before it: the clock may step back
             "queue_time_seconds": round(max(0.0, build.start - self.create_time), 6),
             "cpu_count": self.cpu_count,
             "allocated_megabytes": self.allocated_megabytes,

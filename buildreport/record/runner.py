@@ -425,7 +425,8 @@ class Session:
     def record(self, build: Build, *, final: bool) -> dict[str, Any]:
         """The build in the write format of `buildreport push` (an import record without account or id)."""
         config = self.config
-        start = build.start if build.start is not None else build.requested
+        # Never before its creation, which the service refuses: the wall clock may have stepped back meanwhile.
+        start = max(build.start if build.start is not None else build.requested, build.create_time)
         duration = max(0.0, build.end - start) if final and build.end is not None else None
         cpu = build.cpu_nix if final else None
         if cpu is None and final and build.cpu_start is not None and build.cpu_end is not None:

@@ -120,10 +120,9 @@ def _newest(select: str, where: str, order: str, failed: bool) -> str:
 def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues: bool) -> Query:
     """Figures per period and status, each period of the window read from `builds_for_stats` by status."""
     low = build_filter.create_from_us
-    if build_filter.create_to_us is not None:
-        bounds, bounds_params = "SELECT ?", [build_filter.create_to_us]
-    else:  # up to the account's newest build, wherever it lies
-        bounds, bounds_params = "SELECT coalesce(max(create_us), 0) + 1 FROM builds WHERE account_id = ?", [account_id]
+    # Up to the window's end, or now: never to the newest build, which may be dated thousands of years ahead.
+    end = build_filter.create_to_us if build_filter.create_to_us is not None else max(now_us(), low)
+    bounds, bounds_params = "SELECT ?", [end]
     statuses = list(dict.fromkeys(s.value for s in build_filter.statuses or BuildStatus))  # each status once
     first_end = low - low % period + period
     sql = (

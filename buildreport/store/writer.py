@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
@@ -21,6 +21,7 @@ import msgspec
 
 from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
 from buildreport.store import day_figures, day_summaries
+from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW, Conflict, LinkEnds, body_hash, link_peers, set_link
 from buildreport.store.tag_totals import TagTouches
 from buildreport.store.totals import (
     DAILY,
@@ -47,7 +48,6 @@ _STORED = msgspec.json.Decoder(dict[str, Any])
 # SQLite allows 32766 variables a statement; a batch stays well below it.
 BATCH_SIZE = 2000
 
-Conflict = Callable[[object, str, str], None]  # (location, field, reason)
 AnyRecord = ImportRecord | BuildRecord
 PackedLog = tuple[bytes, int]  # (zlib-compressed text, size of the text in bytes)
 
@@ -143,19 +143,16 @@ class Row(msgspec.Struct):
     def log_values(self) -> tuple[int, int, bytes | None]:
         return self.build.build_id, self.log_size, self.log
 
-    def links(self) -> LinkEnds:
+    def links(self, strict: bool = False) -> LinkEnds:
         b = self.build
-        return LinkEnds(self.location, self.account_id, b.build_id, b.restart_of_build_id, b.restarted_as_build_id)
+        return LinkEnds(
+            self.location, self.account_id, b.build_id, b.restart_of_build_id, b.restarted_as_build_id, strict
+        )
 
 
 def _number_text(value: float | None) -> str | None:
     """A number as the build's JSON writes it, for the columns statistics read (see schema.py)."""
     return None if value is None else _ENCODER.encode(value).decode()
-
-
-def body_hash(body: bytes) -> int:
-    """A 64-bit digest of a build's JSON, stored beside it so that ETags of long lists cost no hashing."""
-    return (zlib.crc32(body) << 32 | zlib.adler32(body)) - (1 << 63)
 
 
 class _Existing(msgspec.Struct):
@@ -239,6 +236,12 @@ class _Item(msgspec.Struct):
     build_id: int = 0
     restart_of: int | None = None
 
+    @property
+    def strict(self) -> bool:
+        """A record of `POST /builds`: its restart links name builds of its own account that are stored or come
+        in the same request, never ids still free (which would tie a later build of another account to it)."""
+        return isinstance(self.record, BuildRecord)
+
 
 class BuildWriter:
     """Writes records in batches; `conflict` is told of every record that cannot be written.
@@ -256,6 +259,8 @@ class BuildWriter:
         self._keys: set[tuple[int, str] | int] = set()
         self._next_id = 0
         self._low_id: int | None = None  # counting down once the ids above the highest are used up
+        self._linked: set[int] = set()  # ids that builds link to: never assigned (see LINKED_ABOVE)
+        self._new_links: list[tuple[object, int, str, int]] = []  # (location, account, field, id) of strict records
         self._hours: set[tuple[int, int]] = set()
         self._days: set[tuple[int, int]] = set()
         self._hours_per_account: dict[int, int] = {}
@@ -299,6 +304,7 @@ class BuildWriter:
         """Write what is batched and bring the totals of every touched hour and day in step: by differences,
         or, for an account whose builds spread over many hours (a large import), in one pass over its builds."""
         self.flush()
+        self._check_new_links()
         if refuse_oversized(self._conn, self._conflict, self._last_location, self._sums):
             return  # the write fails, and its totals might not fit their columns
         full = self._full
@@ -314,6 +320,26 @@ class BuildWriter:
         day_figures.recompute(self._conn, rebuilt)
         changed = day_figures.apply(self._conn, {k: d for k, d in self._day_deltas.items() if k[0] not in full})
         day_summaries.refresh(self._conn, rebuilt | changed)
+
+    def _check_new_links(self) -> None:
+        """Every restart link a write record made names a build of its own account, now that all are written.
+
+        One answer for an id that is free and for a build of another account, so that no answer tells
+        another account's build ids."""
+        if not self._new_links:
+            return
+        ids = sorted({build_id for *_, build_id in self._new_links})
+        owners: dict[int, int] = {}
+        for start in range(0, len(ids), BATCH_SIZE):
+            part = ids[start : start + BATCH_SIZE]
+            marks = ",".join("?" * len(part))
+            owners.update(self._conn.execute(
+                f"SELECT build_id, account_id FROM builds WHERE build_id IN ({marks})", part
+            ).fetchall())
+        for location, account_id, field, build_id in self._new_links:
+            if owners.get(build_id) != account_id:
+                self._conflict(location, field, f"no build {build_id} in this account (a restart link names a "
+                               "build stored before, or one in the same request)")
 
     def _day_delta(self, account_id: int, create_us: int, status: str) -> day_figures.Delta:
         """The differences to a day's figures; for an account whose days are rebuilt at the end, a throwaway."""
@@ -404,14 +430,26 @@ class BuildWriter:
 
     def _new_id(self) -> int | None:
         """The next build id the service assigns: above the highest stored one, or, once a sender named build
-        2^63 - 1, below the lowest; None when none is left."""
-        if self._next_id <= MAX_BUILD_ID:
+        2^63 - 1, below the lowest; never one a build links to; None when none is left."""
+        while self._next_id <= MAX_BUILD_ID:
             new, self._next_id = self._next_id, self._next_id + 1
-            return new
-        if self._low_id is None or self._low_id < 1:
-            return None
-        new, self._low_id = self._low_id, self._low_id - 1
-        return new
+            if new not in self._linked:
+                return new
+        while self._low_id is not None and self._low_id >= 1:
+            new, self._low_id = self._low_id, self._low_id - 1
+            if new not in self._linked:
+                return new
+        return None
+
+    def _note_linked(self, items: list[_Item]) -> None:
+        """Ids the batch's records and stored builds link to, where ids are assigned next (see LINKED_ABOVE)."""
+        for item in items:
+            self._linked.update(i for i in (item.record.restart_of_build_id, item.record.restarted_as_build_id) if i)
+        if self._next_id <= MAX_BUILD_ID:
+            rows = self._conn.execute(LINKED_ABOVE, (self._next_id, self._next_id)).fetchall()
+        else:
+            rows = self._conn.execute(LINKED_BELOW, (self._low_id, self._low_id)).fetchall()
+        self._linked.update(build_id for (build_id,) in rows)
 
     def _resolve(self, items: list[_Item]) -> list[_Item]:
         """Give every record its build id and restart link; the records that can be written."""
@@ -426,6 +464,7 @@ class BuildWriter:
                 stored_min = MAX_BUILD_ID + 1 if stored_min is None else stored_min
                 lowest = min((item.record.build_id for item in items if item.record.build_id), default=stored_min)
                 self._low_id = min(self._low_id if self._low_id is not None else stored_min, stored_min, lowest) - 1
+            self._note_linked(items)
         resolved = []
         for item in items:
             record = item.record
@@ -494,7 +533,7 @@ class BuildWriter:
                 self._take_share(old)
         self._write_tags(rows, existing)
         self._conn.executemany(UPSERT_LOGS, [row.log_values() for row in rows if row.log is not None])
-        self._link_peers(rows)
+        self._link_peers(rows, {item.build_id for item in items if item.strict})
 
     def _prepare(self, item: _Item, old: _Existing | None) -> Row | None:
         location, account_id, record = item.location, item.account_id, item.record
@@ -513,6 +552,8 @@ class BuildWriter:
             build = self._merge_links(location, build, old)
             if build is None:
                 return None
+        if item.strict:
+            self._note_new_links(location, account_id, build, old)
         row = Row.of(location, account_id, build, item.log if item.packed else pack_log(record.log), source)
         self._last_location[account_id] = location
         if old is None:
@@ -536,6 +577,14 @@ class BuildWriter:
                 return None
             links[name] = given if given is not None else stored
         return msgspec.structs.replace(build, **links)
+
+    def _note_new_links(self, location: object, account_id: int, build: Build, old: _Existing | None) -> None:
+        """A write record's links that are not stored yet, to be checked once the request is written."""
+        stored_links = (None, None) if old is None else (old.restart_of, old.restarted_as)
+        for name, stored in zip(("restart_of_build_id", "restarted_as_build_id"), stored_links, strict=True):
+            given = getattr(build, name)
+            if given is not None and given != stored:
+                self._new_links.append((location, account_id, name, given))
 
     def _same_log(self, build_id: int, log: bytes) -> bool:
         row = self._conn.execute("SELECT zlib FROM build_logs WHERE build_id = ?", (build_id,)).fetchone()
@@ -584,7 +633,7 @@ class BuildWriter:
                     f"SELECT build_id FROM builds WHERE {column} IN ({marks})", list(existing)
                 ).fetchall()
                 for (peer_id,) in peers:
-                    _set_link(self._conn, peer_id, column, None)
+                    set_link(self._conn, peer_id, column, None)
         return len(existing)
 
     def _write_tags(self, rows: list[Row], existing: dict[int, _Existing]) -> None:
@@ -599,79 +648,7 @@ class BuildWriter:
         self._conn.executemany(UPSERT_TAGS, fresh)
         self._tags.add(1, fresh, fresh_stats)
 
-    def _link_peers(self, rows: list[Row]) -> None:
+    def _link_peers(self, rows: list[Row], strict: set[int]) -> None:
         by_id = {row.build.build_id: row for row in rows}
-        link_peers(self._conn, self._conflict, [row.links() for row in rows], list(by_id), lambda i: by_id[i].links())
-
-
-class LinkEnds(msgspec.Struct, array_like=True):
-    """A build just written and its restart links, as written: what keeping the links two-way needs of it."""
-
-    location: object
-    account_id: int
-    build_id: int
-    restart_of: int | None
-    restarted_as: int | None
-
-
-def link_peers(
-    conn: sqlite3.Connection,
-    conflict: Conflict,
-    linking: Sequence[LinkEnds],
-    ids: Sequence[int],
-    end_of: Callable[[int], LinkEnds],
-) -> None:
-    """Make every restart link hold in both directions, once both builds are stored: the links that the builds
-    just written (`ids`) name, of which `linking` holds at least those that name any, and the links to them
-    that stored builds name. `end_of` gives the LinkEnds of any of them by build id."""
-    for ends in linking:
-        if ends.restart_of is not None:
-            _link(conn, conflict, ends, ends.restart_of, "restart_of_build_id", "restarted_as_build_id")
-        if ends.restarted_as is not None:
-            _link(conn, conflict, ends, ends.restarted_as, "restarted_as_build_id", "restart_of_build_id")
-    if not ids:
-        return
-    marks = ",".join("?" * len(ids))
-    # (the peers' column, the written build's field, that field in LinkEnds)
-    pairs = (("restart_of_build_id", "restarted_as_build_id", "restarted_as"),
-             ("restarted_as_build_id", "restart_of_build_id", "restart_of"))
-    linked: set[tuple[int, str]] = set()  # (build id, field) set here from the other side
-    for column, own, own_end in pairs:
-        peers = conn.execute(f"SELECT build_id, {column}, account_id FROM builds WHERE {column} IN ({marks})", ids)
-        for peer_id, target, peer_account in peers.fetchall():
-            ends = end_of(target)
-            if peer_account != ends.account_id:
-                conflict(ends.location, own, f"build {peer_id} of another account links to this build")
-            elif getattr(ends, own_end) is None and (target, own) not in linked:
-                _set_link(conn, target, own, peer_id)
-                linked.add((target, own))
-
-
-def _link(
-    conn: sqlite3.Connection, conflict: Conflict, ends: LinkEnds, peer_id: int, field: str, peer_field: str
-) -> None:
-    build_id = ends.build_id
-    if peer_id == build_id:
-        conflict(ends.location, field, "a build cannot be linked to itself")
-        return
-    peer = conn.execute(f"SELECT account_id, {peer_field} FROM builds WHERE build_id = ?", (peer_id,)).fetchone()
-    if peer is None:
-        return  # the other build has not been written yet; writing it completes the link
-    peer_account, peer_link = peer
-    if peer_account != ends.account_id:
-        conflict(ends.location, field, f"build {peer_id} belongs to another account")
-    elif peer_link is None:
-        _set_link(conn, peer_id, peer_field, build_id)
-    elif peer_link != build_id:
-        conflict(ends.location, field, f"build {peer_id} already has {peer_field} {peer_link}")
-
-
-def _set_link(conn: sqlite3.Connection, build_id: int, field: str, value: int | None) -> None:
-    (body,) = conn.execute("SELECT body FROM builds WHERE build_id = ?", (build_id,)).fetchone()
-    stored = _STORED.decode(body)
-    stored[field] = value
-    body = _ENCODER.encode(stored)
-    conn.execute(
-        f"UPDATE builds SET {field} = ?, body = ?, body_hash = ? WHERE build_id = ?",
-        (value, body, body_hash(body), build_id),
-    )
+        link_peers(self._conn, self._conflict, [row.links(row.build.build_id in strict) for row in rows],
+                   list(by_id), lambda i: by_id[i].links(i in strict))
