@@ -385,12 +385,14 @@ def api_auth(rate_limit: int) -> AuthMiddleware:
 
 
 def api_router(auth: AuthMiddleware) -> Router:
+    from buildreport.events.feed import list_events  # it answers with this module's Answer
     from buildreport.insights_api import insight_handlers  # it builds on this module's helpers
 
     return Router(
         path="/",
         route_handlers=[
-            list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds, *insight_handlers()
+            list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds, *insight_handlers(),
+            list_events,
         ],
         middleware=[auth],
         opt={"scope": READ_SCOPE},

@@ -20,6 +20,7 @@ import click
 import msgspec
 
 from buildreport import __version__, config
+from buildreport.cli_hooks import event_options, hook_group
 from buildreport.cli_shared import (
     ACCOUNT_NAME,
     CommandGroup,
@@ -190,6 +191,7 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
             help="Serve /metrics to loopback clients without a token (otherwise a metrics:read token).",
         ),
         *_limit_options(),
+        *event_options(),
     ]
     for option in reversed(options):
         func = option(func)
@@ -841,3 +843,4 @@ def runner(check_only: bool, **kwargs: object) -> None:
 from buildreport.export import export_command  # noqa: E402 (a command of its own module)
 
 main.add_command(export_command)
+main.add_command(hook_group)

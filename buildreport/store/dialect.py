@@ -13,6 +13,8 @@ class Dialect(msgspec.Struct, frozen=True):
     body_array: str
     # The pages' body digests joined with commas, in the same order.
     hash_list: str
+    # Rows a deliverer is about to lease: PostgreSQL passes over those another server is leasing right now.
+    skip_locked: str = ""
 
 
 SQLITE = Dialect(
@@ -26,5 +28,6 @@ POSTGRESQL = Dialect(
     name="postgresql",
     body_array="'['::bytea || coalesce(string_agg(body, ','::bytea ORDER BY k1 DESC, k2 DESC), '') || ']'::bytea",
     hash_list="string_agg(body_hash::text, ',' ORDER BY k1 DESC, k2 DESC)",
+    skip_locked="FOR UPDATE OF d SKIP LOCKED",
 )
 

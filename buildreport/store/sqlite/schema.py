@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
-from buildreport.store import day_figures, day_summaries, tag_totals
+from buildreport.store import day_figures, day_summaries, events_schema, tag_totals
 from buildreport.store.errors import DatabaseError
 from buildreport.store.sqlite.writelock import lock_path
 
@@ -172,6 +172,7 @@ MIGRATIONS += (
     + day_figures.TABLE.format(integer="INTEGER", blob="BLOB")
     + day_figures.FILL,
     _add_day_summaries,
+    events_schema.TABLES.format(integer="INTEGER", blob="BLOB", serial="INTEGER PRIMARY KEY AUTOINCREMENT"),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
