@@ -34,7 +34,7 @@ MAX_WAIT_SECONDS = 60
 MAX_WAITERS = 512
 # How often a waiting request reads again, for events written by other processes or servers.
 POLL_SECONDS = 1.0
-CURSOR = re.compile(r"[0-9a-f]{16}")
+CURSOR = re.compile(r"[0-7][0-9a-f]{15}")  # a position from 0 to 2^63 - 1
 _STORED = msgspec.json.Decoder(StoredEvent)
 _ENCODE = msgspec.json.Encoder()
 _PARAMS = ("cursor", "limit", "types", "wait")
@@ -128,24 +128,32 @@ def linked(body: bytes, account_id: int, build_id: int, signer: LinkSigner, base
     return _ENCODE.encode(event)
 
 
-async def read_feed(reader: Reader, bell: Bell, account_id: int, query: FeedQuery) -> list[tuple]:
-    """The events of a query; with `wait`, once some arrive or the wait is over."""
-    rows = await reader.events(account_id, query.after, query.types, query.limit)
+async def _read(reader: Reader, account_id: int, account: str, query: FeedQuery) -> tuple[int, list[tuple]]:
+    if not account_id:  # an account with no builds had no id when its token was checked; its first write gives one
+        account_id = await reader.account_id(account)
+        if not account_id:
+            return 0, []
+    return account_id, await reader.events(account_id, query.after, query.types, query.limit)
+
+
+async def read_feed(reader: Reader, bell: Bell, account_id: int, account: str, query: FeedQuery) -> tuple[int, list]:
+    """(the account's id, the events of a query); with `wait`, once some arrive or the wait is over."""
+    account_id, rows = await _read(reader, account_id, account, query)
     if rows or not query.wait:
-        return rows
+        return account_id, rows
     loop = asyncio.get_running_loop()
     deadline = loop.time() + query.wait
     with bell.place() as placed:
         while placed and not rows and (left := deadline - loop.time()) > 0:
             await bell.wait(min(left, POLL_SECONDS))
-            rows = await reader.events(account_id, query.after, query.types, query.limit)
-    return rows
+            account_id, rows = await _read(reader, account_id, account, query)
+    return account_id, rows
 
 
-async def feed_answer(state: Any, reader: Reader, account_id: int, pairs: Pairs) -> tuple[bytes, str]:
+async def feed_answer(state: Any, reader: Reader, account_id: int, account: str, pairs: Pairs) -> tuple[bytes, str]:
     """The feed's JSON array and the address of what follows it."""
     query = parse_feed_query(pairs)
-    rows = await read_feed(reader, state.event_bell, account_id, query)
+    account_id, rows = await read_feed(reader, state.event_bell, account_id, account, query)
     settings = state.settings
     body = b"[" + b",".join(
         linked(bytes(row[2]), account_id, row[1], state.signer, settings.base_url, settings.event_link_ttl)
@@ -203,7 +211,9 @@ async def list_events(
 ) -> Response[bytes]:
     principal = request.scope["auth"]
     pairs = pairs_of(request.scope["query_string"])
-    body, following = await feed_answer(request.app.state, request.app.state.reader, principal.account_id, pairs)
+    body, following = await feed_answer(
+        request.app.state, request.app.state.reader, principal.account_id, principal.account, pairs
+    )
     headers = [(b"link", f'<{following}>; rel="next"'.encode("latin-1")), (b"cache-control", b"no-store"),
                *json_headers(body)]
     return Answer(200, headers, body)

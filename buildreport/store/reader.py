@@ -192,6 +192,11 @@ class Reader(abc.ABC):
         commit."""
         return await self._key(event_reads.feed(account_id, after, types, limit))
 
+    async def account_id(self, name: str) -> int:
+        """An account's id, 0 for one that has none yet."""
+        rows = await self._key(("SELECT account_id FROM accounts WHERE name = ?", [name]))
+        return int(rows[0][0]) if rows else 0
+
     async def recent_events(self, account_id: int, types: Sequence[str], limit: int) -> list[tuple]:
         return await self._key(event_reads.recent_events(account_id, types, limit))
 
