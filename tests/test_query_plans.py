@@ -8,7 +8,8 @@ import pytest
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildStatus
-from buildreport.store import day_figures, day_summaries, queries, stats_queries, tag_totals
+from buildreport.store import day_figures, day_summaries, event_reads, hooks, queries, stats_queries, tag_totals
+from buildreport.store import events as store_events
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
@@ -88,6 +89,13 @@ QUERIES = {
     **{f"export keys, {name}": stats_queries.export_keys(1, f, Cursor(5, 6), 2000) for name, f in FILTERS.items()},
     "export bodies by id": stats_queries.bodies_by_id([3, 1, 2]),
     **{f"export bodies, half {i}": part for i, part in enumerate(stats_queries.body_parts([3, 1, 2, 4]))},
+    "series states of a write's builds (writes)": store_events.series_states(1, ["hello-2.12", "linux-6.6"]),
+    "an account's webhooks (writes)": store_events.live_hooks(1),
+    "events feed": event_reads.feed(1, 5, [], 100),
+    "events feed, some types": event_reads.feed(1, 5, ["build.failed", "build.recovered"], 100),
+    "latest events (dashboard)": event_reads.recent_events(1, ["build.failed", "build.recovered"], 10),
+    "events too old to keep (deliverer)": (
+        "SELECT seq FROM events WHERE created_us < ? ORDER BY created_us LIMIT ?", [5, 1000]),
 }
 
 
@@ -117,6 +125,16 @@ def test_query_is_served_by_an_index(conn, name):
     ]
     assert not scans, f"{name}: {plan}"
     assert any(step.startswith("SEARCH") for step in plan), f"{name}: {plan}"
+
+
+def test_deliveries_are_leased_by_one_lookup_a_hook(conn):
+    """The deliverer lists the hooks (a handful, made by the operator) and finds each one's first pending
+    delivery in the index of pending deliveries; nothing else is read whole."""
+    sql = hooks.CLAIM.format(skip_locked="")
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", [1, "me", 1, 1, 10, 1])]
+    scans = [step for step in plan if step.startswith("SCAN") and not step.startswith("SCAN h")]
+    assert not scans, plan
+    assert any("deliveries_pending" in step for step in plan), plan
 
 
 def test_source_ids_are_looked_up_one_by_one(conn):
@@ -245,3 +263,10 @@ def test_each_further_tag_pair_is_one_lookup_by_its_whole_key_on_postgresql(pg_c
     for key in ("GITHUB_RUN_ATTEMPT", "repo"):
         (lookup,) = [c for c in conditions if f"'{key}'" in c]
         assert "create_us = t.create_us" in lookup and "build_id = t.build_id" in lookup, conditions
+
+
+def test_deliveries_are_leased_by_one_lookup_a_hook_on_postgresql(pg_conn):
+    sql = hooks.CLAIM.format(skip_locked=POSTGRESQL.skip_locked)
+    ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", [1, "me", 1, 1, 10, 1]).fetchall()
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    assert set(_scans(document[0]["Plan"])) <= {"hooks"}, document

@@ -146,7 +146,7 @@ def redeliver(conn: Any, delivery_id: int, now_us: int) -> int:
 
 # The first pending delivery of each enabled hook, if it is due and not leased: a lookup of deliveries_pending
 # per hook.
-_CLAIM = """
+CLAIM = """
 UPDATE deliveries SET leased_until_us = ?, owner = ?, attempts = attempts + 1
 WHERE delivery_id IN (
     SELECT d.delivery_id FROM hooks h JOIN deliveries d ON d.delivery_id = (
@@ -160,7 +160,7 @@ RETURNING delivery_id
 
 def claim(conn: Any, now_us: int, lease_until_us: int, owner: str, limit: int) -> list[Claimed]:
     """Lease up to `limit` deliveries that are due, at most one a hook, and what sending them needs."""
-    sql = _CLAIM.format(skip_locked=_dialect(conn).skip_locked)
+    sql = CLAIM.format(skip_locked=_dialect(conn).skip_locked)
     with conn:
         ids = [row[0] for row in conn.execute(sql, (lease_until_us, owner, now_us, now_us, limit, now_us))]
     if not ids:
