@@ -94,8 +94,6 @@ QUERIES = {
     "events feed": event_reads.feed(1, 5, [], 100),
     "events feed, some types": event_reads.feed(1, 5, ["build.failed", "build.recovered"], 100),
     "latest events (dashboard)": event_reads.recent_events(1, ["build.failed", "build.recovered"], 10),
-    "events too old to keep (deliverer)": (
-        "SELECT seq FROM events WHERE created_us < ? ORDER BY created_us LIMIT ?", [5, 1000]),
 }
 
 

@@ -7,8 +7,9 @@ write of each kind of row.
 
 from __future__ import annotations
 
+import itertools
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -50,8 +51,11 @@ def live_hooks(account_id: int) -> tuple[str, list[object]]:
     return "SELECT hook_id, types, tags FROM hooks WHERE account_id = ? AND disabled_us IS NULL", [account_id]
 
 
-def new_event_id() -> str:
-    return "evt_" + secrets.token_hex(12)
+def event_ids(now_us: int) -> Iterator[str]:
+    """Unique event ids for one write: its time, a random part of its own and a count, so that ids of one write
+    follow each other in the unique index rather than landing all over it."""
+    prefix = f"evt_{now_us:014x}{secrets.token_hex(5)}"
+    return (f"{prefix}{n:05x}" for n in itertools.count())
 
 
 def _load_states(conn: Any, account_id: int, series: set[Series]) -> dict[Series, SeriesState]:
@@ -74,20 +78,21 @@ def record_events(
     """Derive, store and queue for delivery the events of builds just written to one account; how many."""
     if not changes:
         return 0
-    states = _load_states(conn, account_id, {series_of(change.row.build) for change in changes})
+    of_series = [series_of(change.row.build) for change in changes]
+    states = _load_states(conn, account_id, set(of_series))
     touched: dict[Series, SeriesState] = {}
     events: list[tuple] = []
     tags_of: list[dict[str, str]] = []
-    for change in changes:
+    ids, time = event_ids(now_us), from_us(now_us)
+    for change, series in zip(changes, of_series, strict=True):
         build = change.row.build
-        series = series_of(build)
         state = states.setdefault(series, SeriesState())
         derived = derive(build, BuildStatus(change.before) if change.before else None, state, rules)
-        if any(d.type is EventType.finished for d in derived):
+        if derived and derived[0].type is EventType.finished:
             touched[series] = state
         for item in derived:
-            event = StoredEvent(new_event_id(), item.type, from_us(now_us), account, series,
-                                msgspec.Raw(change.row.body), item.previous, item.regression)
+            event = StoredEvent(next(ids), item.type, time, account, series, msgspec.Raw(change.row.body),
+                                item.previous, item.regression)
             events.append((event.id, account_id, item.type.value, now_us, build.build_id, _ENCODER.encode(event)))
             tags_of.append(build.tags)
     if touched:

@@ -22,7 +22,6 @@ CREATE TABLE events (
     body {blob} NOT NULL
 );
 CREATE INDEX events_by_account ON events (account_id, seq, type);
-CREATE INDEX events_by_time ON events (created_us);
 -- Webhooks, managed by the operator; the secret signs every delivery, so it is kept as given out.
 CREATE TABLE hooks (
     hook_id TEXT PRIMARY KEY,
