@@ -118,3 +118,17 @@ def test_an_import_makes_no_events(conn, tmp_path: Path) -> None:
 
     import_files(conn, [write_jsonl(tmp_path / "i.jsonl", [record(1, build_status="build_failed")])], 1_000)
     assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+
+
+def test_an_import_with_events_makes_them_in_order(conn, tmp_path: Path) -> None:
+    from conftest import write_jsonl
+
+    from buildreport.ingest import import_files
+
+    add(conn)
+    lines = [record(1, build_status="built"), record(2, build_status="build_failed"), record(3, account="globex"),
+             record(4, build_status="build_failed"), record(5, build_status="built")]
+    import_files(conn, [write_jsonl(tmp_path / "i.jsonl", lines)], 1_000, events=True)
+    kinds = [row[0] for row in conn.execute("SELECT type FROM events WHERE type NOT IN ('build.finished') ORDER BY seq")]
+    assert kinds == ["build.failed", "build.recovered"]
+    assert len(pending(conn)) == 4 + 2  # acme's events only: four finished, one failed, one recovered

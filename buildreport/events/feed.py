@@ -18,8 +18,8 @@ from litestar import Request, Response, get
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import QueryParameter
 
-from buildreport.answers import Pairs, json_headers, pairs_of
-from buildreport.api import Answer
+from buildreport.answers import Pairs, pairs_of
+from buildreport.api import Answer, json_answer
 from buildreport.errors import InvalidParams, shown
 from buildreport.events.models import Event, EventLink, EventType, StoredEvent
 from buildreport.models import InvalidParam, Problem
@@ -214,6 +214,4 @@ async def list_events(
     body, following = await feed_answer(
         request.app.state, request.app.state.reader, principal.account_id, principal.account, pairs
     )
-    headers = [(b"link", f'<{following}>; rel="next"'.encode("latin-1")), (b"cache-control", b"no-store"),
-               *json_headers(body)]
-    return Answer(200, headers, body)
+    return Answer(*json_answer(request.scope["headers"], body, {"Link": f'<{following}>; rel="next"'}))
