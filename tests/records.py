@@ -43,8 +43,13 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 # Undoes the schema's last migration on a database: the builds table as it was before statistics read durations
 # and queue times from columns (for tests that bring an older database up to date).
-# A database before days kept their summaries over every status (schema version 7).
+# A database before days kept their summaries over every status (schema version 7), and so before the steps
+# after it (events and webhooks).
 WITHOUT_DAY_SUMMARIES = """
+DROP TABLE deliveries;
+DROP TABLE hooks;
+DROP TABLE events;
+DROP TABLE event_series;
 DROP TABLE day_summaries;
 """
 # A database before build_tags carried its builds' figures and days their kept figures (schema version 6).
@@ -65,3 +70,13 @@ ALTER TABLE builds DROP COLUMN queue_text;
 CREATE INDEX builds_by_time ON builds (account_id, create_us, build_id);
 CREATE INDEX builds_by_derivation ON builds (account_id, derivation_path, create_us, build_id);
 """
+
+
+def version_before(step: object) -> int:
+    """The schema version just before a migration step: the step itself, or the script that contains `step`."""
+    from buildreport.store.sqlite.schema import MIGRATIONS
+
+    for version, each in enumerate(MIGRATIONS):
+        if each is step or (isinstance(step, str) and isinstance(each, str) and step in each):
+            return version
+    raise LookupError(step)

@@ -8,7 +8,7 @@ import pytest
 from conftest import record, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
-from records import WITHOUT_DAY_SUMMARIES
+from records import WITHOUT_DAY_SUMMARIES, version_before
 from test_day_figures import at
 
 from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
@@ -17,7 +17,7 @@ from buildreport.models import UNFINISHED, BuildStatus, Percentiles
 from buildreport.stats import _joined
 from buildreport.store import day_summaries
 from buildreport.store import open_database as store_database
-from buildreport.store.sqlite.schema import SCHEMA_VERSION, open_database
+from buildreport.store.sqlite.schema import _add_day_summaries, open_database
 from buildreport.times import US_PER_DAY
 
 numbers = st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False)
@@ -127,7 +127,7 @@ def test_the_migration_gives_each_day_the_summary_a_fresh_import_writes(tmp_path
 
     old = sqlite3.connect(tmp_path / "t.db")
     old.executescript(WITHOUT_DAY_SUMMARIES)
-    old.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    old.execute(f"PRAGMA user_version = {version_before(_add_day_summaries)}")
     old.commit()
     old.close()
 

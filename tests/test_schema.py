@@ -10,7 +10,7 @@ import time
 import msgspec
 import pytest
 from conftest import buildreport_command, record, write_jsonl
-from records import WITHOUT_STATS_COLUMNS, WITHOUT_TAG_FIGURES
+from records import WITHOUT_STATS_COLUMNS, WITHOUT_TAG_FIGURES, version_before
 
 from buildreport.ingest import ImportFailed, import_files
 from buildreport.models import Build
@@ -48,7 +48,7 @@ def test_migration_gives_stored_builds_the_numbers_statistics_read_exactly_as_a_
 
     old = sqlite3.connect(tmp_path / "t.db")
     old.executescript(WITHOUT_STATS_COLUMNS)
-    old.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 3}")
+    old.execute(f"PRAGMA user_version = {version_before('ADD COLUMN duration_text')}")
     old.commit()
     old.close()
 
@@ -101,7 +101,7 @@ def test_migration_gives_tag_rows_and_days_their_figures_as_a_fresh_import_write
 
     old = sqlite3.connect(tmp_path / "t.db")
     old.executescript(WITHOUT_TAG_FIGURES)
-    old.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 2}")
+    old.execute(f"PRAGMA user_version = {version_before('ALTER TABLE build_tags ADD COLUMN status')}")
     old.commit()
     old.close()
 
