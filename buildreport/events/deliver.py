@@ -119,15 +119,32 @@ class Deliverer:
                 await asyncio.wait_for(self._woken.wait(), POLL_SECONDS)
 
     async def _dispatch(self) -> None:
-        room = MAX_SENDING - len(self._sending)
+        self._spawn(await self._db(self._with_conn, self._claim_due, len(self._sending)))
+
+    def _claim_due(self, conn: Any, sending: int) -> list[Claimed]:
+        """Lease the deliveries due now, as many as there is room for beside `sending`."""
+        room = MAX_SENDING - sending
         if room <= 0:
-            return
+            return []
         now = now_us()
         lease = now + int((self._settings.hook_timeout + LEASE_MARGIN_SECONDS) * US_PER_SECOND)
-        for item in await self._db(self._with_conn, claim, now, lease, self._owner, room):
+        return claim(conn, now, lease, self._owner, room)
+
+    def _spawn(self, claimed: list[Claimed]) -> None:
+        for item in claimed:
             task = asyncio.get_running_loop().create_task(self._send(item))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
+
+    async def _settle(self, outcome: Callable[..., None], *args: Any) -> None:
+        """Record how a delivery went and, in the same turn at the database, lease what is due now (the hook's
+        next delivery among them): a hook's deliveries follow each other without waiting for the loop."""
+
+        def work(conn: Any) -> list[Claimed]:
+            outcome(conn, *args)
+            return self._claim_due(conn, len(self._sending) - 1)  # this delivery's task is about to end
+
+        self._spawn(await self._db(self._session.run, work))
 
     async def _keep_retention(self) -> None:
         loop = asyncio.get_running_loop()
@@ -147,12 +164,12 @@ class Deliverer:
     async def _send(self, item: Claimed) -> None:
         try:
             await self._attempt(item)
+            return  # its outcome is recorded, and what was due then leased
         except (DatabaseError, *engine_errors()) as exc:
             log.warning("delivery %d: its outcome waits for the database: %s", item.delivery_id, exc)
         except Exception:
             log.exception("delivery %d: unexpected error; it is sent again once its lease expires", item.delivery_id)
-        finally:
-            self.wake()  # the hook's next delivery may be due now
+        self.wake()  # the loop looks again
 
     async def _attempt(self, item: Claimed) -> None:
         body = self._body(item)
@@ -169,13 +186,13 @@ class Deliverer:
         now = now_us()
         if status is not None and 200 <= status < 300:
             metrics.count_delivery("delivered")
-            await self._db(self._with_conn, delivered, item.delivery_id, status, now)
+            await self._settle(delivered, item.delivery_id, status, now)
             return
         delay = self._settings.hook_retry_base * 2 ** max(item.attempts - 1, 0)
         next_us = now + int(delay * US_PER_SECOND)
         if status == 410 or next_us > item.created_us + int(self._settings.hook_retry_for * US_PER_SECOND):
             metrics.count_delivery("gone" if status == 410 else "failed")
-            await self._db(self._with_conn, give_up, item.delivery_id, status, error, now, status == 410)
+            await self._settle(give_up, item.delivery_id, status, error, now, status == 410)
             return
         metrics.count_delivery("retried")
-        await self._db(self._with_conn, retry_later, item.delivery_id, status, error, next_us)
+        await self._settle(retry_later, item.delivery_id, status, error, next_us)
