@@ -47,13 +47,14 @@ def event_options() -> list:  # type: ignore[type-arg]
         return click.option(f"--{name}", default=default, show_default=True, type=kind, envvar=env, help=text)
 
     d = config.Settings()
+    # Defaults as a person writes them; each equals the Settings default (tests/test_cli_hooks.py).
     return [
-        option("event-link-ttl", d.event_link_ttl, Span(), "Lifetime of the signed build links in events."),
-        option("event-retention", d.event_retention, Span(), "How long events are kept."),
-        option("hook-retry-base", d.hook_retry_base, Span(), "First wait before a failed delivery is tried again; "
+        option("event-link-ttl", "7d", Span(), "Lifetime of the signed build links in events."),
+        option("event-retention", "30d", Span(), "How long events are kept."),
+        option("hook-retry-base", "1s", Span(), "First wait before a failed delivery is tried again; "
                "it doubles each time."),
-        option("hook-retry-for", d.hook_retry_for, Span(), "How long a delivery is tried before it is marked failed."),
-        option("hook-timeout", d.hook_timeout, Span(), "How long a receiver has to answer a delivery."),
+        option("hook-retry-for", "24h", Span(), "How long a delivery is tried before it is marked failed."),
+        option("hook-timeout", "10s", Span(), "How long a receiver has to answer a delivery."),
         option("regression-percent", d.regression_percent, click.FloatRange(0, 10_000),
                "build.regressed: the recent median duration exceeds the baseline's by this percentage…"),
         option("regression-seconds", d.regression_seconds, click.FloatRange(0), "… and by this many seconds…"),
