@@ -63,7 +63,7 @@ def encode_job(account: str, records: list[BuildRecord], now_us: int) -> bytes:
 def _outcome_of(session: WriteSession, payload: bytes) -> Outcome:
     try:
         job = _JOB.decode(payload)
-        result, events = session.write(job.account, job.records, job.now_us)
+        result, events = session.write_counted(job.account, job.records, job.now_us)
         return Outcome(result=result, events=events)
     except WriteConflicts as exc:
         return Outcome(conflicts=exc.invalid)

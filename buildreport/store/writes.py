@@ -94,7 +94,10 @@ class WriteSession:
             self._conn = connect(self._path)
         return self._conn
 
-    def write(self, account: str, records: list[BuildRecord], now_us: int) -> tuple[WriteResult, int]:
+    def write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
+        return self.write_counted(account, records, now_us)[0]
+
+    def write_counted(self, account: str, records: list[BuildRecord], now_us: int) -> tuple[WriteResult, int]:
         """What was written, and how many events it made."""
         return self.run(lambda conn: write_with_events(conn, account, records, now_us, self._rules))
 
