@@ -149,3 +149,16 @@ def test_a_long_poll_wakes_up_when_an_event_is_written(env: Env, serve: Any) -> 
         timer.join()
     assert [e["type"] for e in answer.json()] == ["build.finished"]
     assert time.monotonic() - started < 10
+
+
+def test_two_servers_on_one_database_send_each_delivery_once_in_order(env: Env, serve: Any) -> None:
+    with Receiver() as receiver:
+        _, receiver.secret = hook(env, "--account", "acme", "--url", receiver.url)
+        one, two = serve(env.db, *FAST), serve(env.db, *FAST)
+        token = env.token("acme", ("build:write", "build:read"))
+        for number in range(10):
+            post((one, two)[number % 2].url, token, write_record(f"m:{number}", build_status="built"))
+        expected = feed_ids(one.url, token)
+        receiver.wait_for(len(expected))
+        time.sleep(1.5)  # time for a duplicate to show
+    assert [r.headers["webhook-id"] for r in receiver.received] == expected

@@ -103,3 +103,16 @@ def test_a_long_poll_without_events_answers_empty_after_its_wait(env: Env, token
         started = time.monotonic()
         events, _ = feed(client, tokens["acme"], "?wait=1")
     assert events == [] and time.monotonic() - started >= 1
+
+
+def test_a_regression_episode_makes_one_event_and_a_second_episode_another(env: Env, tokens: dict[str, str]) -> None:
+    durations = [100.0] * 20 + [200.0] * 5 + [100.0] * 3 + [300.0] * 3
+    with env.client() as client:
+        post(client, tokens["acme_write"], *(write_record(f"r:{n}", build_status="built", duration_seconds=seconds)
+                                             for n, seconds in enumerate(durations)))
+        events, _ = feed(client, tokens["acme"], "?types=build.regressed")
+    assert len(events) == 2
+    first, second = events
+    assert (first.regression.recent_median_seconds, first.regression.baseline_median_seconds) == (200.0, 100.0)
+    # The second slow build already makes the median of the last three slow; 19 builds are before those three.
+    assert first.regression.baseline_builds == 19 and second.regression.recent_median_seconds == 300.0
