@@ -389,6 +389,7 @@ def api_auth(rate_limit: int) -> AuthMiddleware:
 
 def api_router(auth: AuthMiddleware) -> Router:
     from buildreport.badges import get_badge_url
+    from buildreport.events.feed import list_events  # it answers with this module's Answer
     from buildreport.exchange import exchange_handlers
     from buildreport.insights_api import insight_handlers  # it builds on this module's helpers
 
@@ -398,6 +399,7 @@ def api_router(auth: AuthMiddleware) -> Router:
             list_builds, summarize_builds, get_build, get_build_url, get_usage, write_builds, *insight_handlers(),
             *exchange_handlers(),
             get_badge_url,
+            list_events,
         ],
         middleware=[auth],
         opt={"scope": READ_SCOPE},

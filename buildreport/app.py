@@ -23,6 +23,8 @@ from buildreport.auth import AuthMiddleware
 from buildreport.config import Settings, load_secret_keys
 from buildreport.envelope import Envelope, request_id
 from buildreport.errors import Problem
+from buildreport.events.deliver import Deliverer, event_rules
+from buildreport.events.feed import Bell
 from buildreport.linklimits import LinkLimits
 from buildreport.models import Health
 from buildreport.oidc import Verifier
@@ -131,11 +133,20 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.reader = await open_reader(settings.db, settings.read_dbs)
-        app.state.writes = Writes(settings.db)
+        bell, deliverer = Bell(), Deliverer(settings, signer)
+
+        def on_events(count: int) -> None:  # long polls and the deliverer learn of new events at once
+            bell.ring(count)
+            deliverer.wake(count)
+
+        app.state.event_bell = bell
+        app.state.writes = Writes(settings.db, event_rules(settings), on_events=on_events)
         app.state.heavy = answers.heavy_turns()
+        deliverer.start()
         try:
             yield
         finally:
+            await deliverer.close()
             await app.state.writes.close()
             await app.state.reader.close()
 

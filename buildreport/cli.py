@@ -21,6 +21,7 @@ import msgspec
 from click.core import ParameterSource
 
 from buildreport import __version__, config
+from buildreport.cli_hooks import event_options, hook_group
 from buildreport.cli_ops import older_than
 from buildreport.cli_secrets import given_or_from_file, secret_lines
 from buildreport.cli_shared import (
@@ -204,6 +205,7 @@ def _serve_options(func):  # type: ignore[no-untyped-def]
         click.option("--keep-usage/--drop-usage", default=True, show_default=True, envvar="BUILDREPORT_KEEP_USAGE",
                      help="Retention keeps the billable usage of the builds it removes."),
         *oidc_options(),
+        *event_options(),
     ]
     for option in reversed(options):
         func = option(func)
@@ -391,14 +393,15 @@ def serve(db: str, db_file: str | None, create: bool, **kwargs: object) -> None:
 @main.command("import")
 @db_option
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def import_command(db: str, files: tuple[Path, ...]) -> None:
+@click.option("--events", is_flag=True, help="Derive events (and send webhooks) as if the builds were sent now.")
+def import_command(db: str, files: tuple[Path, ...], events: bool) -> None:
     """Import builds from JSON Lines files (plain or .gz), all or nothing."""
     from buildreport.import_reader import ReadingStopped
     from buildreport.ingest import ImportFailed
 
     conn = open_db(db)
     try:
-        result = _import_with_progress(conn, list(files))
+        result = _import_with_progress(conn, list(files), events=events)
     except ImportFailed as exc:
         for error in exc.errors:
             err(str(error))
@@ -438,12 +441,12 @@ def migrate_command(source: str, target: str) -> None:
     )
 
 
-def _import_with_progress(conn, files: list[Path], transform=None):  # type: ignore[no-untyped-def]
+def _import_with_progress(conn, files: list[Path], transform=None, events=False):  # type: ignore[no-untyped-def]
     from buildreport.ingest import import_files
 
     total_bytes = sum(f.stat().st_size for f in files if f.is_file())
     if not sys.stderr.isatty() or total_bytes < 8 * 1024 * 1024:
-        return import_files(conn, files, now_us(), transform=transform)
+        return import_files(conn, files, now_us(), transform=transform, events=events)
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True) as bar:
@@ -454,6 +457,7 @@ def _import_with_progress(conn, files: list[Path], transform=None):  # type: ign
             now_us(),
             on_progress=lambda n: bar.update(task, description=f"importing: {n:,} builds read"),
             transform=transform,
+            events=events,
         )
 
 
@@ -894,3 +898,4 @@ from buildreport.cli_ops import OPS_COMMANDS  # noqa: E402 (backup, restore, pru
 
 for command in OPS_COMMANDS:
     main.add_command(command)
+main.add_command(hook_group)

@@ -58,6 +58,15 @@ class Settings(msgspec.Struct, frozen=True):
     oidc_issuers: tuple[str, ...] = ()  # whose ID tokens /auth/oidc-token-exchange takes (see exchange.py)
     oidc_audience: str = "nixbuild.net"
     oidc_claim_tags: tuple[str, ...] = ()  # ISSUER_OR_*:CLAIM=TAG
+    # Events and webhooks (README "Events and webhooks"); durations in seconds.
+    event_link_ttl: float = 7 * 86400
+    event_retention: float = 30 * 86400
+    hook_retry_base: float = 1.0
+    hook_retry_for: float = 86400.0
+    hook_timeout: float = 10.0
+    regression_percent: float = 50.0
+    regression_seconds: float = 60.0
+    regression_baseline: int = 10
 
     @property
     def base_url(self) -> str:

@@ -23,6 +23,7 @@ from buildreport import charts, filters, humanize
 from buildreport.api import _errors, _integer, _ok, _principal, json_response, query_pairs
 from buildreport.auth import link_token_ended
 from buildreport.errors import Problem
+from buildreport.events.models import EventType, StoredEvent
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
@@ -35,6 +36,11 @@ WINDOW_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "90d": "90
 TOP = 10  # rows in each derivation table
 RUNNING_LOOKBACK_US = 7 * US_PER_DAY
 _BUILDS = msgspec.json.Decoder(list[Build])
+_BUILD = msgspec.json.Decoder(Build)
+_EVENT = msgspec.json.Decoder(StoredEvent)
+# The events the page lists beside the figures, and how it names them.
+EVENT_WORDS = {EventType.failed: "broke", EventType.recovered: "recovered", EventType.regressed: "got slower"}
+NOTABLE_EVENTS = [kind.value for kind in EVENT_WORDS]
 
 
 # --- the link ------------------------------------------------------------------------------------
@@ -114,6 +120,22 @@ class _Links:
     def newest(self, newest: Newest) -> BuildLink:
         """A link to a group's newest build."""
         return self.to(newest.build_id, newest.derivation_path, newest.status, newest.create_us)
+
+
+@dataclass(frozen=True)
+class EventLine:
+    """A recent event of the account: a series that broke, recovered or got slower."""
+
+    word: str
+    event: StoredEvent
+    link: BuildLink
+
+
+def _event_line(row: tuple, links: _Links) -> EventLine:
+    event = _EVENT.decode(bytes(row[2]))
+    build = _BUILD.decode(event.build)
+    return EventLine(EVENT_WORDS[event.type], event,
+                     links.to(build.build_id, build.derivation_path, build.build_status.value, 0))
 
 
 def _totals(groups: Sequence[BuildStatsGroup]) -> Totals:
@@ -257,13 +279,15 @@ async def dashboard_page(
     window = BuildFilter(create_from_us=now - DASHBOARD_WINDOWS[query.window], create_to_us=now, tags=query.tags)
     # The reads run at once: each one's figures are computed while the next ones wait on the database.
     async with request.app.state.heavy:
-        periods, (tables, newest, newest_failed), (this_month, last_month), running, failures = await asyncio.gather(
+        (periods, (tables, newest, newest_failed), (this_month, last_month), running, failures,
+         events) = await asyncio.gather(
             _periods(reader, account, window, kind, now),
             _derivations(reader, account, window),
             _months(reader, account, now),
             _builds(reader, account, BuildFilter(create_from_us=now - RUNNING_LOOKBACK_US,
                                                  statuses=tuple(UNFINISHED), tags=query.tags), 20),
             _builds(reader, account, msgspec.structs.replace(window, statuses=tuple(sorted(FAILED))), TOP),
+            reader.recent_events(account, NOTABLE_EVENTS, TOP),
         )
     links = _Links(request, claims)
     prefix = _prefix(request)
@@ -287,6 +311,7 @@ async def dashboard_page(
         flaky=tables.lines(tables.flaky, newest_failed, links),
         failures=[links.to(b.build_id, b.derivation_path, b.build_status.value, 0) for b in failures],
         running=[(b, links.to(b.build_id, b.derivation_path, b.build_status.value, 0)) for b in running],
+        events=[_event_line(row, links) for row in events],
         expires=from_us(claims.expires_us),
         hours=_hours,
         seconds=_seconds,

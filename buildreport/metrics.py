@@ -133,6 +133,7 @@ class _Live:
         self._written: Counter | None = None
         self._connections: Gauge | None = None
         self._exchanges: Counter | None = None
+        self._deliveries: Counter | None = None
 
     @property
     def written(self) -> Counter:
@@ -143,6 +144,17 @@ class _Live:
                 ["outcome"],
             )
         return self._written
+
+    @property
+    def deliveries(self) -> Counter:
+        if self._deliveries is None:
+            self._deliveries = Counter(
+                f"{PREFIX}_hook_deliveries",
+                "Attempts to send events to webhooks, by outcome: delivered, retried (to be tried again), failed "
+                "(given up after the retry period) or gone (410: the hook was disabled).",
+                ["outcome"],
+            )
+        return self._deliveries
 
     @property
     def connections(self) -> Gauge:
@@ -174,6 +186,10 @@ def count_exchange(outcome: str, reason: str) -> None:
 def count_written(created: int, updated: int, unchanged: int) -> None:
     for outcome, count in (("created", created), ("updated", updated), ("unchanged", unchanged)):
         LIVE.written.labels(outcome).inc(count)
+
+
+def count_delivery(outcome: str) -> None:
+    LIVE.deliveries.labels(outcome).inc()
 
 
 def connection_opened() -> None:

@@ -16,6 +16,7 @@ from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest
 from buildreport.filters import MAX_TIME_GROUPS, GroupBy, StatsQuery
 from buildreport.models import BuildStatsGroup, Percentiles, UsageBreakdownGroup
 from buildreport.store import day_figures, day_summaries
+from buildreport.storepath import derivation_name
 from buildreport.times import US_PER_DAY, format_us, from_us
 
 US_PER_HOUR = US_PER_DAY // 24
@@ -43,13 +44,6 @@ def percentiles(values: Values) -> Percentiles | None:
     if not ordered:
         return None
     return Percentiles(*(nearest_rank(ordered, percent) for percent in PERCENTS), ordered[-1])
-
-
-def derivation_name(path: str) -> str:
-    """The name part of a derivation's store path: `/nix/store/<hash>-hello-2.12.drv` gives `hello-2.12`."""
-    base = path.rsplit("/", 1)[-1].removesuffix(".drv")
-    _, dash, name = base.partition("-")
-    return name if dash and name else base
 
 
 def period_key(kind: str, start_us: int) -> str:

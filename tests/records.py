@@ -43,8 +43,13 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 # Undoes the schema's last migration on a database: the builds table as it was before statistics read durations
 # and queue times from columns (for tests that bring an older database up to date).
-# A database before days kept their summaries over every status (schema version 7).
+# A database before days kept their summaries over every status (schema version 7), and so before the steps
+# after it (events and webhooks).
 WITHOUT_DAY_SUMMARIES = """
+DROP TABLE deliveries;
+DROP TABLE hooks;
+DROP TABLE events;
+DROP TABLE event_series;
 DROP TABLE day_summaries;
 """
 # A database before build_tags carried its builds' figures and days their kept figures (schema version 6).
@@ -67,12 +72,15 @@ CREATE INDEX builds_by_derivation ON builds (account_id, derivation_path, create
 """
 
 
-def version_before(marker: str) -> int:
-    """The schema version just before the SQLite migration step that holds `marker` (or is the function of that
-    name): steps are positional, and steps appended later must not move what a test takes back."""
+def version_before(marker: object) -> int:
+    """The schema version just before a SQLite migration step: the step itself, a function step of that name, or
+    the script that holds `marker`. Steps are positional, and steps appended later must not move what a test
+    takes back."""
     from buildreport.store.sqlite.schema import MIGRATIONS
 
     for version, step in enumerate(MIGRATIONS):
-        if (marker in step) if isinstance(step, str) else step.__name__ == marker:
+        if step is marker:
+            return version
+        if isinstance(marker, str) and ((marker in step) if isinstance(step, str) else step.__name__ == marker):
             return version
     raise LookupError(marker)

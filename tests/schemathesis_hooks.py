@@ -9,6 +9,9 @@ a rule is sent with the values put right; every other request goes as generated.
 And one rule of the path grammar: an integer in a path is written in plain decimal (`/builds/212`, as the
 service writes its links). JSON Schema counts 212.0 as an integer, so a stateful run that takes a build id
 from a request body written as 212.0 writes it into the path as 212.
+
+And one of time: `GET /events?wait=N` holds the request up to N seconds when no event follows; the long poll
+is tested on its own (tests/test_events_deliver.py), and here it waits at most a second.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
             query[low_name], query[high_name] = query[high_name], query[low_name]
 
     _bound_time_groups(query)
+    wait = query.get("wait")
+    if isinstance(wait, int | str) and str(wait).isdigit() and int(wait) > 1:
+        query["wait"] = 1
 
 
 def _start_once_created(body: Any) -> None:

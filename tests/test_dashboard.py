@@ -453,3 +453,19 @@ def test_a_build_dated_far_ahead_leaves_the_window_and_its_periods_as_they_are(r
     assert page.status_code == 200
     assert "Builds 1 " in text_of(page.text)  # the window ends now
     assert len(page.content) < 200_000
+
+
+def test_recent_events_show_series_that_broke_and_recovered(env: Env) -> None:
+    from test_writes import write_record
+
+    writer, reader = env.token("acme", ("build:write",)), env.token("acme")
+    with env.client() as client:
+        for number, status in enumerate(["built", "build_failed", "build_failed", "built"]):
+            answer = client.post("/builds", json=[write_record(f"e:{number}", build_status=status)],
+                                 headers=auth(writer))
+            assert answer.status_code == 200
+        text = text_of(client.get(dashboard_path(client, reader)).text)
+    events = text[text.index("Recent events"):text.index("Builds by outcome")]
+    assert events.count("hello-2.12.1") == 2
+    assert events.index("recovered") < events.index("broke")  # newest first
+    assert "No series broke" not in events

@@ -8,7 +8,19 @@ import pytest
 
 from buildreport.filters import BadgeSeries, BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildStatus
-from buildreport.store import badges, day_figures, day_summaries, prune, queries, stats_queries, tag_totals, trust
+from buildreport.store import (
+    badges,
+    day_figures,
+    day_summaries,
+    event_reads,
+    hooks,
+    prune,
+    queries,
+    stats_queries,
+    tag_totals,
+    trust,
+)
+from buildreport.store import events as store_events
 from buildreport.store.dialect import POSTGRESQL, SQLITE
 from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW
 from buildreport.store.postgres import stats_queries as postgres_stats
@@ -102,6 +114,11 @@ QUERIES = {
     **{f"export keys, {name}": stats_queries.export_keys(1, f, Cursor(5, 6), 2000) for name, f in FILTERS.items()},
     "export bodies by id": stats_queries.bodies_by_id([3, 1, 2]),
     **{f"export bodies, half {i}": part for i, part in enumerate(stats_queries.body_parts([3, 1, 2, 4]))},
+    "series states of a write's builds (writes)": store_events.series_states(1, ["hello-2.12", "linux-6.6"]),
+    "an account's webhooks (writes)": store_events.live_hooks(1),
+    "events feed": event_reads.feed(1, 5, [], 100),
+    "events feed, some types": event_reads.feed(1, 5, ["build.failed", "build.recovered"], 100),
+    "latest events (dashboard)": event_reads.recent_events(1, ["build.failed", "build.recovered"], 10),
 }
 
 
@@ -131,6 +148,16 @@ def test_query_is_served_by_an_index(conn, name):
     ]
     assert not scans, f"{name}: {plan}"
     assert any(step.startswith("SEARCH") for step in plan), f"{name}: {plan}"
+
+
+def test_deliveries_are_leased_by_one_lookup_a_hook(conn):
+    """The deliverer lists the hooks (a handful, made by the operator) and finds each one's first pending
+    delivery in the index of pending deliveries; nothing else is read whole."""
+    sql = hooks.CLAIM.format(skip_locked="")
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", [1, "me", 1, 1, 10, 1])]
+    scans = [step for step in plan if step.startswith("SCAN") and not step.startswith("SCAN h")]
+    assert not scans, plan
+    assert any("deliveries_pending" in step for step in plan), plan
 
 
 def test_source_ids_are_looked_up_one_by_one(conn):
@@ -273,3 +300,10 @@ def test_a_badge_walks_the_derivation_name_index_newest_first(conn, pg_conn, nam
     ((document,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
     text = document if isinstance(document, str) else json.dumps(document)
     assert "builds_by_name" in text and '"Sort"' not in text, text
+
+
+def test_deliveries_are_leased_by_one_lookup_a_hook_on_postgresql(pg_conn):
+    sql = hooks.CLAIM.format(skip_locked=POSTGRESQL.skip_locked)
+    ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", [1, "me", 1, 1, 10, 1]).fetchall()
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    assert set(_scans(document[0]["Plan"])) <= {"hooks"}, document

@@ -18,6 +18,8 @@ class Dialect(msgspec.Struct, frozen=True):
     derivation_name: str = ""
     # A build's `system`, from its stored JSON `body`.
     system: str = ""
+    # Rows a deliverer is about to lease: PostgreSQL passes over those another server is leasing right now.
+    skip_locked: str = ""
 
 
 def _sqlite_derivation_name() -> str:
@@ -49,5 +51,6 @@ POSTGRESQL = Dialect(
         r" '^[^-]*-(.+)$', '\1')"
     ),
     system="convert_from(body, 'UTF8')::json ->> 'system'",
+    skip_locked="FOR UPDATE OF d SKIP LOCKED",
 )
 

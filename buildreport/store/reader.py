@@ -18,7 +18,7 @@ import msgspec
 
 from buildreport.filters import BadgeSeries, BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
 from buildreport.models import BuildSummary, Usage
-from buildreport.store import badges, queries, stats_queries, tag_totals, trust
+from buildreport.store import badges, event_reads, queries, stats_queries, tag_totals, trust
 from buildreport.store.dialect import Dialect
 from buildreport.times import US_PER_SECOND
 
@@ -211,6 +211,19 @@ class Reader(abc.ABC):
     async def usage(self, account_id: int, query: UsageQuery) -> Usage:
         (row,) = await self._short(queries.usage(account_id, query))
         return Usage(billable_cpu_seconds=row[0], billable_build_count=row[1])
+
+    async def events(self, account_id: int, after: int, types: Sequence[str], limit: int) -> list[tuple]:
+        """(position, build id, stored JSON) of an account's events after `after`, oldest first, as of the latest
+        commit."""
+        return await self._key(event_reads.feed(account_id, after, types, limit))
+
+    async def account_id(self, name: str) -> int:
+        """An account's id, 0 for one that has none yet."""
+        rows = await self._key(("SELECT account_id FROM accounts WHERE name = ?", [name]))
+        return int(rows[0][0]) if rows else 0
+
+    async def recent_events(self, account_id: int, types: Sequence[str], limit: int) -> list[tuple]:
+        return await self._key(event_reads.recent_events(account_id, types, limit))
 
     async def log(self, account_id: int, build_id: int) -> tuple[int, bytes] | None:
         rows = await self._rows(queries.get_log(account_id, build_id))

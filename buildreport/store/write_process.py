@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import signal
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -24,11 +25,12 @@ from pathlib import Path
 
 import msgspec
 
+from buildreport.events.derive import Rules
 from buildreport.lifeline import follow_parent_process
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
 from buildreport.store import engine_errors, engine_message
 from buildreport.store.errors import DatabaseError, DatabaseUnavailable
-from buildreport.store.writes import WriteConflicts, WriteSession
+from buildreport.store.writes import DEFAULT_RULES, WriteConflicts, WriteSession
 
 STOP_SECONDS = 10.0
 
@@ -46,6 +48,7 @@ class Outcome(msgspec.Struct, omit_defaults=True, array_like=True):
     conflicts: list[InvalidRecord] | None = None
     unavailable: str | None = None  # the database failed or refused (a 503)
     failed: str | None = None  # anything else (a 500)
+    events: int = 0  # how many events the write made, with `result`
 
 
 _JOB = msgspec.json.Decoder(WriteJob)
@@ -60,7 +63,8 @@ def encode_job(account: str, records: list[BuildRecord], now_us: int) -> bytes:
 def _outcome_of(session: WriteSession, payload: bytes) -> Outcome:
     try:
         job = _JOB.decode(payload)
-        return Outcome(result=session.write(job.account, job.records, job.now_us))
+        result, events = session.write_counted(job.account, job.records, job.now_us)
+        return Outcome(result=result, events=events)
     except WriteConflicts as exc:
         return Outcome(conflicts=exc.invalid)
     except (DatabaseError, *engine_errors()) as exc:
@@ -69,14 +73,14 @@ def _outcome_of(session: WriteSession, payload: bytes) -> Outcome:
         return Outcome(failed=f"{type(exc).__name__}: {exc}")
 
 
-def serve(channel: Connection, db: str) -> None:
+def serve(channel: Connection, db: str, rules: Rules = DEFAULT_RULES) -> None:
     """The write process: one job at a time from the pipe, each answered, until the pipe closes."""
     # Ctrl-C at a terminal and a stop sent to the whole process group are the server's to act on: it finishes
     # the write under way, then closes the pipe, which ends this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     follow_parent_process()
-    session = WriteSession(db)
+    session = WriteSession(db, rules)
     try:
         while True:
             try:
@@ -91,8 +95,9 @@ def serve(channel: Connection, db: str) -> None:
 class WriteProcess:
     """The worker's end of the write process; called by one thread at a time."""
 
-    def __init__(self, db: str) -> None:
+    def __init__(self, db: str, rules: Rules = DEFAULT_RULES) -> None:
         self._db = db
+        self._rules = rules
         self._process: BaseProcess | None = None
         self._channel: Connection | None = None
 
@@ -103,7 +108,7 @@ class WriteProcess:
     def _start(self) -> Connection:
         context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
         ours, theirs = context.Pipe()
-        process = context.Process(target=serve, args=(theirs, self._db), name="buildreport-writer")
+        process = context.Process(target=serve, args=(theirs, self._db, self._rules), name="buildreport-writer")
         process.start()
         theirs.close()
         self._process, self._channel = process, ours
@@ -139,15 +144,18 @@ class WriteProcess:
 class Writes:
     """The server's writes, in the order requests arrive, done by its write process."""
 
-    def __init__(self, path: Path | str) -> None:  # a file or a postgresql:// URL
-        self._process = WriteProcess(str(path))
+    def __init__(
+        self, path: Path | str, rules: Rules = DEFAULT_RULES, on_events: Callable[[int], None] | None = None
+    ) -> None:  # a file or a postgresql:// URL; `on_events` is told of each write that made events
+        self._process = WriteProcess(str(path), rules)
+        self._on_events = on_events
         # One thread waits on the process, so jobs go to it one at a time, in order.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
 
-    def _write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
+    def _write(self, account: str, records: list[BuildRecord], now_us: int) -> Outcome:
         outcome = self._process.run(encode_job(account, records, now_us))
         if outcome.result is not None:
-            return outcome.result
+            return outcome
         if outcome.conflicts is not None:
             raise WriteConflicts(outcome.conflicts)
         if outcome.unavailable is not None:
@@ -156,7 +164,11 @@ class Writes:
 
     async def write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._write, account, records, now_us)
+        outcome = await loop.run_in_executor(self._thread, self._write, account, records, now_us)
+        if outcome.events and self._on_events is not None:
+            self._on_events(outcome.events)
+        assert outcome.result is not None
+        return outcome.result
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()

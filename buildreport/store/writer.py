@@ -150,6 +150,13 @@ class Row(msgspec.Struct):
         )
 
 
+class Change(msgspec.Struct):
+    """A build as written, and its status before (None: it is new)."""
+
+    row: Row
+    before: str | None
+
+
 def _number_text(value: float | None) -> str | None:
     """A number as the build's JSON writes it, for the columns statistics read (see schema.py)."""
     return None if value is None else _ENCODER.encode(value).decode()
@@ -249,7 +256,10 @@ class BuildWriter:
     With `keep_ids`, `build_ids` holds each record's build id in the order added (None for a conflict).
     """
 
-    def __init__(self, conn: sqlite3.Connection, conflict: Conflict, now_us: int, *, keep_ids: bool = False) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, conflict: Conflict, now_us: int, *, keep_ids: bool = False,
+        keep_changes: bool = False,
+    ) -> None:
         self._conn = conn
         self._conflict = conflict
         self._now_us = now_us
@@ -273,6 +283,8 @@ class BuildWriter:
         self._last_location: dict[int, object] = {}
         self._sums: dict[int, list[int]] = {}  # what the write changes in each account's totals (oversized_totals)
         self.build_ids: list[int | None] | None = [] if keep_ids else None
+        # With `keep_changes`: each build written, in order, with its status before (None: new), for its events.
+        self.changes: list[Change] | None = [] if keep_changes else None
 
     def add(
         self, location: object, record: AnyRecord, account_id: int | None = None, *, log: PackedLog | None = None
@@ -531,6 +543,9 @@ class BuildWriter:
             old = existing.get(b.build_id)
             if old is not None:
                 self._take_share(old)
+        if self.changes is not None:
+            self.changes += [Change(row, existing[row.build.build_id].status if row.build.build_id in existing
+                                    else None) for row in rows]
         self._write_tags(rows, existing)
         self._conn.executemany(UPSERT_LOGS, [row.log_values() for row in rows if row.log is not None])
         self._link_peers(rows, {item.build_id for item in items if item.strict})

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from buildreport.events.derive import Rules
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
+from buildreport.store.events import record_events
 from buildreport.store.writer import BuildWriter, pack_log
+
+DEFAULT_RULES = Rules()
+T = TypeVar("T")
 
 
 class WriteConflicts(Exception):
@@ -26,7 +32,15 @@ class WriteConflicts(Exception):
 
 
 def write_records(conn: sqlite3.Connection, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
-    """Write one request's records to an account in one transaction; WriteConflicts and no change on conflict.
+    """Write one request's records to an account in one transaction; WriteConflicts and no change on conflict."""
+    return write_with_events(conn, account, records, now_us)[0]
+
+
+def write_with_events(
+    conn: sqlite3.Connection, account: str, records: list[BuildRecord], now_us: int, rules: Rules = DEFAULT_RULES
+) -> tuple[WriteResult, int]:
+    """Write one request's records to an account in one transaction, with the events they make (and their
+    deliveries); what was written and how many events. WriteConflicts and no change on conflict.
 
     The account is named, not numbered: a token may belong to an account that has no builds yet, and its
     first write creates it in the same transaction."""
@@ -38,33 +52,36 @@ def write_records(conn: sqlite3.Connection, account: str, records: list[BuildRec
     logs = [pack_log(record.log) for record in records]  # the costly part of a write, before the lock
     conn.execute("BEGIN IMMEDIATE")
     try:
-        writer = BuildWriter(conn, conflict, now_us, keep_ids=True)
+        writer = BuildWriter(conn, conflict, now_us, keep_ids=True, keep_changes=True)
         account_id = writer.account_id(account)
         for index, record in enumerate(records):
             writer.add(index, record, account_id, log=logs[index])
         writer.finish()
         if invalid:
             raise WriteConflicts(sorted(invalid, key=lambda r: r.index))
+        events = record_events(conn, account, account_id, writer.changes or [], now_us, rules)
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
-    return WriteResult(
+    result = WriteResult(
         created=writer.stats.created,
         updated=writer.stats.updated,
         unchanged=writer.stats.unchanged,
         build_ids=[i for i in writer.build_ids or [] if i is not None],
     )
+    return result, events
 
 
 class WriteSession:
     """A connection that writes, with the turn it takes among server processes; used by one thread at a time."""
 
-    def __init__(self, path: Path | str) -> None:  # a file or a postgresql:// URL
+    def __init__(self, path: Path | str, rules: Rules = DEFAULT_RULES) -> None:  # a file or a postgresql:// URL
         from buildreport.store import is_postgres
         from buildreport.store.sqlite.writelock import WriterLock
 
         self._path = str(path)
+        self._rules = rules
         self._conn: Any = None
         # PostgreSQL orders concurrent writers itself; SQLite's writers take turns (see writelock.py).
         self._lock = None if is_postgres(self._path) else WriterLock(self._path)
@@ -78,9 +95,17 @@ class WriteSession:
         return self._conn
 
     def write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
+        return self.write_counted(account, records, now_us)[0]
+
+    def write_counted(self, account: str, records: list[BuildRecord], now_us: int) -> tuple[WriteResult, int]:
+        """What was written, and how many events it made."""
+        return self.run(lambda conn: write_with_events(conn, account, records, now_us, self._rules))
+
+    def run(self, work: Callable[[Any], T]) -> T:
+        """`work` on the write connection, in this process's turn to write (the deliverer's small writes too)."""
         try:
             with self._turn():
-                return write_records(self._connection(), account, records, now_us)
+                return work(self._connection())
         finally:
             if getattr(self._conn, "broken", False):  # a database server that went away: reconnect next time
                 self._close_connection()

@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
-from buildreport.store import day_figures, day_summaries, tag_totals, trust
+from buildreport.store import day_figures, day_summaries, events_schema, tag_totals, trust
 from buildreport.store.dialect import SQLITE
 from buildreport.store.errors import DatabaseError
 from buildreport.store.sqlite.writelock import lock_path
@@ -184,6 +184,7 @@ MIGRATIONS += (
     CREATE TABLE IF NOT EXISTS kept_usage (account_id INTEGER NOT NULL, day_us INTEGER NOT NULL,
         builds INTEGER NOT NULL, cpu_seconds INTEGER NOT NULL, PRIMARY KEY (account_id, day_us)) WITHOUT ROWID;
     """,
+    events_schema.TABLES.format(integer="INTEGER", blob="BLOB", serial="INTEGER PRIMARY KEY AUTOINCREMENT"),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
