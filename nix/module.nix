@@ -53,7 +53,7 @@ let
     UMask = "0077";
   };
 
-  serveArgs = [ "serve" ]
+  serveArgs = [ "serve" "--create" ]
     ++ (if cfg.databaseUrlFile != null then [ "--db-file" "%d/database-url" ] else [ "--db" cfg.database ])
     ++ [ "--host" cfg.host "--port" (toString cfg.port) ]
     ++ optionals (cfg.publicUrl != null) [ "--public-url" cfg.publicUrl ]

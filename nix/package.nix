@@ -33,6 +33,8 @@ python3Packages.buildPythonApplication {
     prometheus-client
     psycopg
     psycopg-pool
+    pyjwt
+    cryptography
   ];
 
   pythonImportsCheck = [ "buildreport" "buildreport.cli" ];

@@ -121,7 +121,7 @@ def test_every_server_option_is_mapped_to_its_flag_and_credential(module):
     assert unit["failedAssertions"] == []
     config = unit["services"]["buildreport"]["serviceConfig"]
     assert shlex.split(config["ExecStart"]) == [
-        FAKE_PROGRAM, "serve", "--db-file", "%d/database-url", "--host", "0.0.0.0", "--port", "8443",
+        FAKE_PROGRAM, "serve", "--create", "--db-file", "%d/database-url", "--host", "0.0.0.0", "--port", "8443",
         "--public-url", "https://builds.example.com/api", "--workers", "3", "--secret-key-file", "%d/secret-key",
         "--tls-cert", "%d/tls-cert", "--tls-key", "%d/tls-key", "--retention", "30d", "--rate-limit", "0",
     ]

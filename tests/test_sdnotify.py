@@ -107,7 +107,7 @@ def start(db: Path, listener_path: str, *args: str, port: int | None = None, wat
           ) -> subprocess.Popen[bytes]:
     env = {**os.environ, "NOTIFY_SOCKET": listener_path, "WATCHDOG_USEC": str(watchdog_usec)}
     env.pop("WATCHDOG_PID", None)
-    command = [*buildreport_command(), "serve", "--db", str(db), "--host", "127.0.0.1",
+    command = [*buildreport_command(), "serve", "--create", "--db", str(db), "--host", "127.0.0.1",
                "--port", str(free_port() if port is None else port), *args]
     log = (db.parent / "server.log").open("wb")
     return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)

@@ -288,7 +288,7 @@ def test_the_server_runs_confined_as_its_unit_confines_it(tmp_path, env):
     env.load([])
     token = env.token()
     port = free_port()
-    command, environment = confined(analyze, str(VENV_BUILDREPORT), "serve", "--db", str(env.db),
+    command, environment = confined(analyze, str(VENV_BUILDREPORT), "serve", "--create", "--db", str(env.db),
                                     "--host", "127.0.0.1", "--port", str(port), "--workers", "2")
     log = tmp_path / "server.log"
     with log.open("wb") as output:
