@@ -120,7 +120,7 @@ def test_a_corrupt_gzip_file_is_reported_by_file(env):
 def edge_record(build_id: int, **overrides):
     """A build at the top of every range."""
     fields = dict(
-        create_time="9899-12-31T23:59:59.999999Z",
+        create_time="9899-12-31T23:59:59Z",  # a build starts at or after its creation
         start_time="9899-12-31T23:59:59Z",
         duration_seconds=0.999999,
         queue_time_seconds=MAX_DURATION_SECONDS,

@@ -73,8 +73,8 @@ def moments(draw, low_us: int = 0, high_us: int = LATEST_US) -> tuple[int, str]:
 
 @st.composite
 def build_records(draw, build_id: int) -> dict:
-    _, create_time = draw(moments())
-    start_us, start_time = draw(moments())
+    # A build starts when or after it is created (ingestion refuses anything else).
+    (_, create_time), (start_us, start_time) = sorted([draw(moments()), draw(moments())])
     status = draw(st.sampled_from([s.value for s in BuildStatus]))
     duration = None
     if status not in UNFINISHED:
