@@ -17,7 +17,7 @@ from litestar.params import PathParameter, QueryParameter
 from buildreport import answers, filters, ingestion, metrics
 from buildreport.answers import Pairs, RawHeaders, json_headers, raw_headers
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
-from buildreport.exchange import claim_tags
+from buildreport.claims import claim_tags
 from buildreport.models import (
     Build,
     BuildRecord,

@@ -8,7 +8,6 @@ import time
 from urllib.parse import urlsplit
 
 import click
-import httpx
 import msgspec
 
 from buildreport import config
@@ -197,6 +196,8 @@ def test(db: str, hook_id: str) -> None:
         body = msgspec.json.encode({"text": f"buildreport: a test message for account {account}"})
     else:
         body = msgspec.json.encode({"id": message_id, "type": "hook.test", "account": account})
+    import httpx  # only this command sends: every other command starts without the HTTP client
+
     started = time.perf_counter()
     try:
         answer = httpx.post(url, content=body, timeout=TEST_TIMEOUT_SECONDS,

@@ -8,10 +8,9 @@ import secrets
 import click
 import msgspec
 
+from buildreport.claims import MAX_LIFETIME_S, issuer_problem, parse_claim_tag
 from buildreport.cli_shared import ACCOUNT_NAME, CommandGroup, db_option, duration_seconds, err, open_tokens, when
-from buildreport.exchange import MAX_LIFETIME_S, parse_claim_tag
 from buildreport.faults import printable
-from buildreport.oidc import issuer_problem
 from buildreport.store.trust import Policy, add_policy, list_policies, remove_policy
 from buildreport.times import now_us
 from buildreport.tokens import SCOPES

@@ -9,8 +9,6 @@ the new token expires within 6 hours and keeps the verified claims, which become
 from __future__ import annotations
 
 import logging
-import re
-from fnmatch import fnmatchcase
 from typing import Any
 
 import msgspec
@@ -19,9 +17,9 @@ from litestar.openapi.datastructures import ResponseSpec
 
 from buildreport import metrics
 from buildreport.auth import REALM, Principal
+from buildreport.claims import MAX_LIFETIME_S, matches
 from buildreport.errors import Problem
 from buildreport.faults import printable
-from buildreport.models import MAX_TAG_KEY_LENGTH, MAX_TAG_VALUE_LENGTH
 from buildreport.models import Problem as ProblemShape
 from buildreport.oidc import KeysUnavailable, Rejected, Verifier
 from buildreport.store.reader import Reader
@@ -31,66 +29,6 @@ from buildreport.tokens import new_token
 
 log = logging.getLogger("buildreport.oidc")
 HEADER = b"nixbuildnet-oidc-id-token"
-MAX_LIFETIME_S = 6 * 3600
-GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
-# Claims of GitHub Actions' ID tokens and the tags (the names of GitHub's own variables) they become; the mapping of
-# any issuer that has none of its own (serve --oidc-claim-tag).
-GITHUB_TAGS = (
-    ("repository", "GITHUB_REPOSITORY"),
-    ("run_id", "GITHUB_RUN_ID"),
-    ("run_attempt", "GITHUB_RUN_ATTEMPT"),
-    ("sha", "GITHUB_SHA"),
-    ("ref", "GITHUB_REF"),
-)
-_CLAIM_TAG = re.compile(r"(?P<issuer>[^\x00]+):(?P<claim>[^:=\x00]+)=(?P<tag>[^=\x00]+)")
-
-
-def parse_claim_tag(text: str) -> tuple[str, str, str]:
-    """(issuer or `*`, claim, tag) of an `ISSUER_OR_*:CLAIM=TAG` setting; ValueError when malformed."""
-    match = _CLAIM_TAG.fullmatch(text.strip())
-    if match is None or len(match["tag"]) > MAX_TAG_KEY_LENGTH:
-        raise ValueError(f"{printable(text)!r} is not ISSUER:CLAIM=TAG (or *:CLAIM=TAG)")
-    return match["issuer"], match["claim"], match["tag"]
-
-
-def tag_mapping(settings: tuple[str, ...], issuer: str) -> list[tuple[str, str]]:
-    """(claim, tag) pairs for tokens of `issuer`: its own and those of `*`; GitHub's when there are none."""
-    chosen = [(claim, tag) for who, claim, tag in map(parse_claim_tag, settings) if who in (issuer, "*")]
-    return chosen or list(GITHUB_TAGS)
-
-
-def claim_text(value: object) -> str | None:
-    """A claim as a tag value or a pattern's subject: text and whole numbers; None for anything else."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
-def claim_tags(settings: tuple[str, ...], claims_json: str | None) -> dict[str, str]:
-    """The trusted tags of builds written with a token that carries these claims (none for other tokens).
-    A claim missing, or not fit to be a tag value, gives no tag."""
-    if claims_json is None:
-        return {}
-    claims = msgspec.json.decode(claims_json)
-    tags = {}
-    for claim, tag in tag_mapping(settings, str(claims.get("iss", ""))):
-        value = claim_text(claims.get(claim))
-        if value is not None and len(value) <= MAX_TAG_VALUE_LENGTH and "\x00" not in value:
-            tags[tag] = value
-    return tags
-
-
-def matches(patterns: dict[str, str], claims: dict[str, Any]) -> bool:
-    """Whether every claim pattern (a glob over the whole value, case-sensitive) matches the claims."""
-    for claim, pattern in patterns.items():
-        value = claim_text(claims.get(claim))
-        if value is None or not fnmatchcase(value, pattern):
-            return False
-    return bool(patterns)
-
-
 def _challenge(message: str) -> dict[str, str]:
     description = printable(message).replace('"', "'").replace("\\", "/")
     return {"WWW-Authenticate": f'{REALM}, error="invalid_token", error_description="{description}"'}

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import ipaddress
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import jwt
 import msgspec
+
+from buildreport.claims import issuer_problem
 
 # Signatures with a public key only: never `none`, never HMAC (whose "key" would be the issuer's public key).
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
@@ -40,31 +40,6 @@ class Rejected(Exception):
 
 class KeysUnavailable(Exception):
     """The issuer's keys cannot be read and none are kept: the service, not the token, is at fault."""
-
-
-def issuer_problem(url: str) -> str | None:
-    """Why `url` cannot be an issuer (https, or http on a loopback address only), or None."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-    except ValueError:
-        return "it is not a URL"
-    if not host or parts.query or parts.fragment or parts.username or parts.password:
-        return "it must be an https URL with a host and no query, fragment or user"
-    if parts.scheme == "https":
-        return None
-    if parts.scheme == "http" and _loopback(host):
-        return None
-    return "it must be https (http is accepted on a loopback address only)"
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 Fetch = Callable[[str], Awaitable[Any]]

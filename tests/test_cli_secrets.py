@@ -94,7 +94,8 @@ def test_serve_reads_its_database_from_the_db_file(tmp_path):
     db_file = tmp_path / "database-url"
     db_file.write_text(f"{db}\n")
     port = free_port()
-    command = [*buildreport_command(), "serve", "--create", "--db-file", str(db_file), "--port", str(port), "--workers", "1"]
+    command = [*buildreport_command(), "serve", "--create", "--db-file", str(db_file), "--port", str(port),
+               "--workers", "1"]
     process = subprocess.Popen(command, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:

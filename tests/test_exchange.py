@@ -16,7 +16,7 @@ from conftest import Env, auth, buildreport_command, query
 from oidc_issuer import Issuer
 from test_writes import write_record
 
-from buildreport.exchange import claim_tags, matches, parse_claim_tag, tag_mapping
+from buildreport.claims import claim_tags, matches, parse_claim_tag, tag_mapping
 from buildreport.times import US_PER_SECOND
 
 HEADER = "NIXBUILDNET-OIDC-ID-TOKEN"

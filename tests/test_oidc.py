@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives import serialization
 from oidc_issuer import AUDIENCE, Issuer
 
 from buildreport import oidc
-from buildreport.oidc import KeyStore, KeysUnavailable, Rejected, Verifier, issuer_problem
+from buildreport.claims import issuer_problem
+from buildreport.oidc import KeyStore, KeysUnavailable, Rejected, Verifier
 
 
 class Clock:
