@@ -65,6 +65,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def _pytest_pointer(path: Path) -> bool:
+    """pytest's own `…current` links to its newest folders, which it keeps whatever its retention policy (its
+    numbered `pytest-N` folders, directly under its parent folder, are its own too)."""
+    return path.is_symlink() and path.name.endswith("current")
+
+
 @pytest.hookimpl(trylast=True)  # after pytest has removed its own tmp_path folders (tmp_path_retention_policy)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when it left anything in the temporary folder; then remove the run's folder, so that a run
@@ -74,7 +80,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     left = sorted(
         str(p.relative_to(run_tmp))
         for p in run_tmp.rglob("*")
-        if p != pytest_root and (p.is_symlink() or not p.is_dir() or not any(p.iterdir()))
+        if p != pytest_root and p.parent != pytest_root and not _pytest_pointer(p)
+        and (p.is_symlink() or not p.is_dir() or not any(p.iterdir()))
     )
     shutil.rmtree(run_tmp, ignore_errors=True)
     if left:
@@ -283,8 +290,11 @@ _SERVER_FOLDERS: list[Path] = []  # the session's folder for servers of PostgreS
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _server_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
-    _SERVER_FOLDERS.append(tmp_path_factory.mktemp("servers"))
+def _server_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    folder = tmp_path_factory.mktemp("servers")
+    _SERVER_FOLDERS.append(folder)
+    yield
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _server_folders() -> Path:
