@@ -43,7 +43,7 @@ def prepare_demo(conn: Connection, settings: Settings, sample: Path, now_us: int
             record, create_time=record.create_time + shift, start_time=record.start_time + shift
         )
 
-    result = import_files(conn, [sample], now_us, transform=shifted)
+    result = import_files(conn, [sample], now_us, transform=shifted, events=True)  # the feed has history too
     accounts = admin.account_names(conn)
     base = settings.base_url
     lines = [f"buildreport demo: {result.records} sample builds in {describe(settings.db)}", ""]

@@ -85,7 +85,9 @@ def test_demo_refuses_a_weak_key_before_creating_anything(tmp_path):
 NOT_LIMITS = (
     "--db", "--host", "--port", "--public-url", "--workers", "--access-log", "--secret-key", "--tls-cert", "--tls-key",
     "--metrics-loopback", "--read-db", "--db-file", "--secret-key-file", "--retention", "--retention-logs-only",
-    "--keep-usage", "--oidc-issuer", "--oidc-audience", "--oidc-claim-tag", "--create",
+    "--keep-usage", "--oidc-issuer", "--oidc-audience", "--oidc-claim-tag", "--create", "--event-link-ttl",
+    "--event-retention", "--hook-retry-base", "--hook-retry-for", "--hook-timeout", "--regression-percent",
+    "--regression-seconds", "--regression-baseline",
 )
 
 
