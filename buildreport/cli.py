@@ -30,6 +30,7 @@ from buildreport.cli_shared import (
     check_label,
     db_option,
     duration_seconds,
+    echo_table,
     err,
     open_db,
     open_tokens,
@@ -623,9 +624,7 @@ def token_list(db: str) -> None:
         )
         for t in rows
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    echo_table(table)
 
 
 token.add_command(trust)

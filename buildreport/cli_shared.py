@@ -111,3 +111,10 @@ def when(us: int | None) -> str:
         return format_us(us)[:19].replace("T", " ")
     except OverflowError:  # a row written by an older version, out of the range of dates
         return str(us)
+
+
+def echo_table(table: list[tuple[str, ...]]) -> None:
+    """Rows of cells (the header first) in columns as wide as their widest cell."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -9,7 +9,16 @@ import click
 import msgspec
 
 from buildreport.claims import MAX_LIFETIME_S, issuer_problem, parse_claim_tag
-from buildreport.cli_shared import ACCOUNT_NAME, CommandGroup, db_option, duration_seconds, err, open_tokens, when
+from buildreport.cli_shared import (
+    ACCOUNT_NAME,
+    CommandGroup,
+    db_option,
+    duration_seconds,
+    echo_table,
+    err,
+    open_tokens,
+    when,
+)
 from buildreport.faults import printable
 from buildreport.store.trust import Policy, add_policy, list_policies, remove_policy
 from buildreport.times import now_us
@@ -132,9 +141,7 @@ def trust_list(db: str) -> None:
          printable(",".join(p.scopes.split())), f"{p.lifetime_s}s", when(p.created_us))
         for p in policies
     ]  # fmt: skip
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    echo_table(table)
 
 
 @trust.command("remove")
