@@ -71,6 +71,13 @@ def _pytest_pointer(path: Path) -> bool:
     return path.is_symlink() and path.name.endswith("current")
 
 
+def _nix_build_folder(run_tmp: Path, path: Path) -> bool:
+    """What Nix itself keeps in TMPDIR (`nix-PID-N`, `nix-build-PID-N`) when a test kills it mid-build: Nix's,
+    not buildreport's; the run's folder, and so they, are removed all the same."""
+    top = path.relative_to(run_tmp).parts[0]
+    return top.startswith("nix-") and top.split("-")[-1].isdigit()
+
+
 @pytest.hookimpl(trylast=True)  # after pytest has removed its own tmp_path folders (tmp_path_retention_policy)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when it left anything in the temporary folder; then remove the run's folder, so that a run
@@ -80,7 +87,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     left = sorted(
         str(p.relative_to(run_tmp))
         for p in run_tmp.rglob("*")
-        if p != pytest_root and p.parent != pytest_root and not _pytest_pointer(p)
+        if p != pytest_root and p.parent != pytest_root and not _pytest_pointer(p) and not _nix_build_folder(run_tmp, p)
         and (p.is_symlink() or not p.is_dir() or not any(p.iterdir()))
     )
     shutil.rmtree(run_tmp, ignore_errors=True)
