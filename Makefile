@@ -67,7 +67,9 @@ binary: $(RUN_STAMP)
 
 smoke: $(STAMP)
 	@test -x dist/buildreport || { echo "dist/buildreport is missing: run 'make binary' first" >&2; exit 1; }
-	BUILDREPORT_EXE=$(CURDIR)/dist/buildreport $(BIN)/python -m pytest packaging/smoke_test.py
+	@# pytest's folders go to one of the run's own, removed afterwards: a run leaves nothing in /tmp.
+	tmp=$$(mktemp -d) && TMPDIR="$$tmp" BUILDREPORT_EXE=$(CURDIR)/dist/buildreport $(BIN)/python -m pytest \
+		--basetemp="$$tmp/pytest" packaging/smoke_test.py; status=$$?; rm -rf "$$tmp"; exit $$status
 
 # --- benchmark (bench/) --------------------------------------------------------------------
 # `make bench` generates and imports BENCH_BUILDS builds (default 1000000; cached in bench/data/),
