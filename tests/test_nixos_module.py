@@ -271,12 +271,10 @@ def test_the_service_the_readme_example_describes_answers(module, tmp_path):
     """Its ExecStart run here: this checkout's program, a temporary state directory and credentials, a free port."""
     settings = readme_block("# configuration.nix")
     port = free_port()
-    unset = [] if "--retention" in {o for p in main.commands["serve"].params for o in p.opts} else ["retention"]
     (tmp_path / "readme.nix").write_text(settings)
     unit = module(f"""{{ lib, ... }}: {{
       imports = [ ./readme.nix ];
       services.buildreport.port = lib.mkForce {port};
-      {" ".join(f"services.buildreport.{name} = lib.mkForce null;" for name in unset)}
     }}""")
     config = unit["services"]["buildreport"]["serviceConfig"]
     state, credentials = tmp_path / "state", tmp_path / "credentials"
