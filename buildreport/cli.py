@@ -29,6 +29,7 @@ from buildreport.cli_shared import (
     CommandGroup,
     check_label,
     db_option,
+    destination_options,
     duration_seconds,
     echo_table,
     err,
@@ -845,14 +846,7 @@ def record(
 
 
 @main.command()
-@click.option(
-    "--spool",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="BUILDREPORT_SPOOL",
-    help="Spool folder for build records (pushed by `buildreport push --follow`). Env: BUILDREPORT_SPOOL.",
-)
-@click.option("--db", help="Write builds to this database instead (a SQLite file or a postgresql:// URL).")
-@click.option("--account", help="The account builds belong to, with --db.")
+@destination_options
 @click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),

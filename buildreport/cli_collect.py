@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from buildreport.cli_shared import ACCOUNT_NAME, err
+from buildreport.cli_shared import ACCOUNT_NAME, destination_options, err
 
 
 def _memory_megabytes() -> int:
@@ -28,14 +28,7 @@ def _memory_megabytes() -> int:
     type=click.Path(dir_okay=False, path_type=Path),
     help="The socket to listen at: the json-log-path of nix.conf.",
 )
-@click.option(
-    "--spool",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="BUILDREPORT_SPOOL",
-    help="Spool folder for build records (sent on by `buildreport push`). Env: BUILDREPORT_SPOOL.",
-)
-@click.option("--db", help="Write builds to this database instead (a SQLite file or a postgresql:// URL).")
-@click.option("--account", help="The account builds belong to, with --db.")
+@destination_options
 @click.option(
     "--nix-state-dir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import unicodedata
+from pathlib import Path
 
 import click
 
@@ -118,3 +119,15 @@ def echo_table(table: list[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def destination_options(func):  # type: ignore[no-untyped-def]
+    """Where a recorder that serves many builds (runner, collect) puts them: a spool folder, or a database."""
+    for option in reversed((
+        click.option("--spool", type=click.Path(file_okay=False, path_type=Path), envvar="BUILDREPORT_SPOOL",
+                     help="Spool folder for build records (sent on by `buildreport push`). Env: BUILDREPORT_SPOOL."),
+        click.option("--db", help="Write builds to this database instead (a SQLite file or a postgresql:// URL)."),
+        click.option("--account", help="The account builds belong to, with --db."),
+    )):
+        func = option(func)
+    return func
