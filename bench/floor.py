@@ -72,14 +72,14 @@ def _steps(reader: Reader, signer: LinkSigner, settings: Settings, account_id: i
             query = filters.parse_usage_query(pairs, now_us())
             return _ENCODE(await reader.usage(account_id, query))
     elif kind == "stats":
-        from buildreport import stats
+        from buildreport.insights import stats
 
         async def step(i: int) -> bytes:
             query = filters.parse_stats_query(pairs, now_us())
             rows = await reader.stats_rows(account_id, query.filter, query.group_by)
             return _ENCODE(stats.build_stats(rows, query))
     elif kind == "breakdown":
-        from buildreport import stats
+        from buildreport.insights import stats
 
         async def step(i: int) -> bytes:
             query = filters.parse_breakdown_query(pairs, now_us())

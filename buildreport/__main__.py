@@ -1,3 +1,3 @@
-from buildreport.cli import main
+from buildreport.cli.main import main
 
 main()

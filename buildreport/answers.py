@@ -13,8 +13,9 @@ from urllib.parse import parse_qsl, urlencode
 
 import msgspec
 
-from buildreport import filters, stats
+from buildreport import filters
 from buildreport.errors import NotFound
+from buildreport.insights import stats
 from buildreport.models import BuildURL, Health
 from buildreport.signing import LinkClaims
 from buildreport.store import engine_errors, engine_message

@@ -19,15 +19,24 @@ import msgspec
 from litestar import Request, Response, Router, get
 from litestar.params import PathParameter, QueryParameter
 
-from buildreport import charts, filters, humanize
+from buildreport import filters, humanize
 from buildreport.api import _errors, _integer, _ok, _principal, json_response, query_pairs
 from buildreport.auth import link_token_ended
 from buildreport.errors import Problem
 from buildreport.events.models import EventType, StoredEvent
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
+from buildreport.insights import charts
+from buildreport.insights.stats import (
+    Decoded,
+    Newest,
+    build_stats,
+    decode_rows,
+    derivation_name,
+    newest_build,
+    value_groups,
+)
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
-from buildreport.stats import Decoded, Newest, build_stats, decode_rows, derivation_name, newest_build, value_groups
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_DAY, US_PER_SECOND, from_us, month_start_us, now_us
 from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view

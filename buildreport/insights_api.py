@@ -11,7 +11,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
-from buildreport import answers, export, filters
+from buildreport import answers, filters
 from buildreport.api import (
     _DATE,
     _NON_EMPTY,
@@ -29,6 +29,7 @@ from buildreport.api import (
     json_response,
     query_pairs,
 )
+from buildreport.insights import export
 from buildreport.models import BuildStatsGroup, UsageBreakdownGroup
 from buildreport.times import now_us
 

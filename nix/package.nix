@@ -37,7 +37,7 @@ python3Packages.buildPythonApplication {
     cryptography
   ];
 
-  pythonImportsCheck = [ "buildreport" "buildreport.cli" ];
+  pythonImportsCheck = [ "buildreport" "buildreport.cli.main" ];
   # The test suite needs PostgreSQL, Chromium, sshd and Nix itself: `make test` runs it outside the sandbox.
   doCheck = false;
 

@@ -14,6 +14,6 @@ if __name__ == "__main__":
 
     follow_bootloader()  # kill -9 of the bootloader ends this process too
 
-    from buildreport.cli import main
+    from buildreport.cli.main import main
 
     main(prog_name="buildreport")

@@ -27,7 +27,7 @@ import pytest
 from conftest import buildreport_command
 
 from buildreport.models import BuildRecord
-from buildreport.spool import pending_files
+from buildreport.record.spool import pending_files
 
 NIX_CONF = "sandbox = false\nsubstituters =\nexperimental-features = nix-command\n"
 

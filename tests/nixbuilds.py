@@ -24,7 +24,7 @@ from nixversions import NixVersion
 
 from buildreport.models import BuildRecord
 from buildreport.record import nix
-from buildreport.spool import pending_files
+from buildreport.record.spool import pending_files
 
 nix_version = nixversions.nix_version  # the fixture: each Nix version in turn
 

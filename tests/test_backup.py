@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import NOW, Env, auth, record
 from test_prune import check_figures
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.models import BuildRecord
 from buildreport.store import DatabaseError
 from buildreport.store.sqlite.backup import DATABASE, MANIFEST, backup, in_use, read_manifest, restore

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildreport import charts, humanize
-from buildreport.charts import MAX_INTERVALS, Scale, Series, label_room, text_width, tick_label, ticks
+from buildreport import humanize
+from buildreport.insights import charts
+from buildreport.insights.charts import MAX_INTERVALS, Scale, Series, label_room, text_width, tick_label, ticks
 
 
 def evenly_spaced(values: list[float]) -> bool:

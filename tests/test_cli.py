@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import auth, query, record, write_jsonl
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.store.postgres.schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from buildreport.store.sqlite.schema import SCHEMA_VERSION
 

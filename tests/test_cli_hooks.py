@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import Env
 from receiver import Receiver
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 
 
 def run(env: Env, *args: str) -> tuple[int, str, str]:
@@ -72,7 +72,7 @@ def test_unknown_hooks_and_deliveries_are_one_clear_line(env: Env) -> None:
 
 
 def test_serve_option_defaults_are_the_settings_defaults() -> None:
-    from buildreport.cli_hooks import event_options
+    from buildreport.cli.hooks import event_options
     from buildreport.config import Settings
 
     defaults = Settings()
@@ -85,6 +85,6 @@ def test_serve_option_defaults_are_the_settings_defaults() -> None:
     ("text", "seconds"), [("0.25", 0.25), ("90s", 90), ("1.5m", 90), ("24h", 86400), ("30d", 2592000)]
 )
 def test_durations_take_fractions_and_units(text: str, seconds: float) -> None:
-    from buildreport.cli_hooks import Span
+    from buildreport.cli.hooks import Span
 
     assert Span().convert(text, None, None) == seconds

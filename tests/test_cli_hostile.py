@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.store.sqlite.schema import auth_path
 
 

@@ -15,8 +15,8 @@ import pytest
 from conftest import Env, buildreport_command, free_port
 from test_writes import write_record
 
-from buildreport.cli_secrets import MAX_SECRET_FILE_BYTES, given_or_from_file, one_secret, secret_lines
-from buildreport.spool import pending_files, write_spool_file
+from buildreport.cli.secrets import MAX_SECRET_FILE_BYTES, given_or_from_file, one_secret, secret_lines
+from buildreport.record.spool import pending_files, write_spool_file
 
 KEY_1, KEY_2 = "k1-" + "abcdefghij" * 5, "k2-" + "ABCDEFGHIJ" * 5
 

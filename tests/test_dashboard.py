@@ -19,11 +19,11 @@ from conftest import ENGINES, TEST_KEY, Env, auth, new_database, record
 from test_stats import FAILED, RECORDS, us
 from test_web import revoke
 
-from buildreport.cli import sample_data_path
+from buildreport.cli.main import sample_data_path
 from buildreport.demo import prepare_demo
 from buildreport.filters import BuildFilter
+from buildreport.insights.stats import derivation_name
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkSigner
-from buildreport.stats import derivation_name
 from buildreport.store import open_database, open_reader
 from buildreport.times import US_PER_SECOND, now_us
 

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from records import WITHOUT_DAY_SUMMARIES, version_before
 from test_day_figures import at
 
-from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
 from buildreport.ingest import import_files
+from buildreport.insights.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
+from buildreport.insights.stats import _joined
 from buildreport.models import UNFINISHED, BuildStatus, Percentiles
-from buildreport.stats import _joined
 from buildreport.store import day_summaries
 from buildreport.store import open_database as store_database
 from buildreport.store.sqlite.schema import open_database

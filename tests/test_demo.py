@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import buildreport_command, free_port
 
-from buildreport import cli
+import buildreport
+from buildreport.cli import main as cli
 from buildreport.config import Settings
 from buildreport.demo import prepare_demo
 from buildreport.store import open_database
@@ -23,7 +24,7 @@ from buildreport.times import now_us
 def test_the_sample_data_ships_inside_the_package():
     path = cli.sample_data_path()
     assert path.is_file()
-    assert Path(cli.__file__).resolve().parent in path.resolve().parents
+    assert Path(buildreport.__file__).resolve().parent in path.resolve().parents
 
 
 def test_demo_builds_never_start_in_the_future(tmp_path):

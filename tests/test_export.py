@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import ENGINES, NOW, Env, auth, new_database, record
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.filters import BuildFilter
 from buildreport.models import Build
 from buildreport.store import open_reader

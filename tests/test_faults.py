@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import auth, buildreport_command, query, record, write_jsonl
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.config import secret_path
 from buildreport.store.sqlite import schema
 from buildreport.store.sqlite.schema import auth_path

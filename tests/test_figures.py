@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildreport.figures import KIND_INDEX, KINDS, rank, smallest_at
+from buildreport.insights.figures import KIND_INDEX, KINDS, rank, smallest_at
 from buildreport.models import BuildStatus
 
 # Few distinct values, so that runs share values and ranks fall inside runs of equal ones.

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from buildreport.app import create_app
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.metrics import HOUR_US
 from buildreport.store.totals import hour_of
 from buildreport.times import now_us, to_us

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import NOW, Env, auth, query, record
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.store import migrate as migrate_module
 from buildreport.store.errors import DatabaseError
 from buildreport.store.postgres import schema as pg_schema

@@ -21,7 +21,7 @@ import pytest
 from conftest import free_port
 from test_sdnotify import receive
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import Env, auth, query, record
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.store.postgres.schema import SCHEMA_VERSION
 
 
@@ -125,7 +125,7 @@ def test_commands_on_a_sqlite_file_never_load_the_postgresql_driver(tmp_path):
     probe = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from buildreport.cli import main\n"
+        "from buildreport.cli.main import main\n"
         f"result = CliRunner().invoke(main, ['token', 'list', '--db', {str(tmp_path / 'x.db')!r}])\n"
         "assert result.exit_code == 0, result.output\n"
         "print(sorted(name for name in sys.modules if name.startswith('psycopg')))\n"

@@ -153,7 +153,7 @@ def test_connections_beyond_the_limit_get_503(env, serve):
 def test_limits_out_of_range_are_refused_at_start(env, flag):
     from click.testing import CliRunner
 
-    from buildreport.cli import main
+    from buildreport.cli.main import main
 
     result = CliRunner().invoke(main, ["serve", "--db", str(env.db), flag], env={"HOME": os.environ.get("HOME", "/")})
     assert result.exit_code == 2

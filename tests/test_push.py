@@ -18,8 +18,8 @@ import pytest
 from conftest import ENGINES, Env, auth, buildreport_command, new_database, query, start_server
 from test_writes import write_record
 
-from buildreport.push import Pusher, PushStopped, backoff, retry_after
-from buildreport.spool import REJECTED, pending_files, write_spool_file
+from buildreport.record.push import Pusher, PushStopped, backoff, retry_after
+from buildreport.record.spool import REJECTED, pending_files, write_spool_file
 
 TOKEN = "brt_" + "A" * 43
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import auth, query, record, write_jsonl
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.models import (
     MAX_CPU_SECONDS,
     MAX_DURATION_SECONDS,

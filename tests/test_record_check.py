@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from buildreport.destinations import SpoolSink
 from buildreport.record.check import _sshd_accepts_tags, check
+from buildreport.record.destinations import SpoolSink
 from buildreport.record.runner import RunnerConfig
 
 

@@ -17,11 +17,11 @@ from nix_runner import Runner, require_tools
 from nixbuilds import DERIVATIONS
 from nixversions import NixVersion, prepare
 
-from buildreport.destinations import SpoolSink
 from buildreport.models import BuildOutput
 from buildreport.record import nix
 from buildreport.record.collect import CollectConfig, CollectError, Collector, Recorder, StoreView, open_socket
-from buildreport.spool import pending_files
+from buildreport.record.destinations import SpoolSink
+from buildreport.record.spool import pending_files
 
 OK = "/nix/store/qm75ivbwcwk1b41bdv86ci0gpad81ack-ok-test.drv"
 OK_OUT = "/nix/store/n7pj50zid7gjpr6pkb52lk7zj3w1agb8-ok-test"

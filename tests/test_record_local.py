@@ -40,7 +40,7 @@ from buildreport.record.local import (
     single_user,
     verbosity,
 )
-from buildreport.spool import pending_files
+from buildreport.record.spool import pending_files
 
 nix_files = nixbuilds.nix_files  # the fixture: a nix.conf of the test's own, for each Nix version
 nix_version = nixbuilds.nix_version

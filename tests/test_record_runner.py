@@ -20,7 +20,7 @@ import pytest
 from conftest import Env, Server, auth, buildreport_command
 from nix_runner import Runner, kill_group, path_info, require_tools
 
-from buildreport.destinations import SpoolSink
+from buildreport.record.destinations import SpoolSink
 from buildreport.record.protocol import BuildRequest, BuildResult, BuildResultStatus, ClientScanner, DaemonError
 from buildreport.record.runner import RunnerConfig, Session, status_of
 

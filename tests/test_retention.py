@@ -10,7 +10,7 @@ from conftest import NOW, auth, query, record
 from test_prune import check_figures
 
 from buildreport import retention
-from buildreport.cli import main
+from buildreport.cli.main import main
 from buildreport.store import open_database
 
 DAY = timedelta(days=1)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from buildreport.spool import REJECTED, TEMP_PREFIX, pending_files, write_spool_file
+from buildreport.record.spool import REJECTED, TEMP_PREFIX, pending_files, write_spool_file
 
 
 def test_spool_file_holds_one_record_a_line(tmp_path: Path) -> None:

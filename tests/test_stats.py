@@ -14,10 +14,10 @@ from conftest import ENGINES, NOW, Env, auth, new_database, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from buildreport.figures import nearest_rank
 from buildreport.filters import BuildFilter, GroupBy
+from buildreport.insights.figures import nearest_rank
+from buildreport.insights.stats import derivation_name, percentiles, value_groups
 from buildreport.models import BuildStatus
-from buildreport.stats import derivation_name, percentiles, value_groups
 from buildreport.store import open_database, stats_queries
 
 ORIGIN = NOW.replace(minute=0, second=0) - timedelta(days=4)

@@ -17,7 +17,7 @@ import pytest
 from conftest import free_port
 from test_sdnotify import receive
 
-from buildreport.cli import main
+from buildreport.cli.main import main
 
 UNITS = Path(__file__).resolve().parent.parent / "packaging" / "systemd"
 INSTALLED = "/usr/local/bin/buildreport"

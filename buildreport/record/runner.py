@@ -54,7 +54,7 @@ DISCONNECT_MESSAGE = "ssh session closed: the client went away during the build"
 
 @dataclass
 class RunnerConfig:
-    sink: Callable[[BuildRecord], None]  # buildreport.destinations: a spool or a local database
+    sink: Callable[[BuildRecord], None]  # buildreport.record.destinations: a spool or a local database
     state_dir: Path
     cpu_count: int
     allocated_megabytes: int

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from itertools import groupby
 from typing import Any, NamedTuple
 
-from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, rank, smallest_at
+from buildreport.insights.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, rank, smallest_at
 from buildreport.store import day_figures
 
 _VALUE = struct.Struct("<8q10d")

@@ -11,7 +11,7 @@ import click
 import msgspec
 
 from buildreport import config
-from buildreport.cli_shared import CommandGroup, db_option, err, open_db, when
+from buildreport.cli.shared import CommandGroup, db_option, err, open_db, when
 from buildreport.events import sign
 from buildreport.events.models import EventType, HookFormat
 from buildreport.faults import printable

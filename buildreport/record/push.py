@@ -34,7 +34,7 @@ import httpx
 import msgspec
 
 from buildreport import __version__
-from buildreport.spool import REJECTED, pending_files
+from buildreport.record.spool import REJECTED, pending_files
 
 FILE_ERRORS = frozenset({400, 409, 413, 415, 422})
 RETRY_STATUSES = frozenset({408, 429})

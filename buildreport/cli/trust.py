@@ -9,7 +9,7 @@ import click
 import msgspec
 
 from buildreport.claims import MAX_LIFETIME_S, issuer_problem, parse_claim_tag
-from buildreport.cli_shared import (
+from buildreport.cli.shared import (
     ACCOUNT_NAME,
     CommandGroup,
     db_option,

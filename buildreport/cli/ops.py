@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from buildreport.cli_shared import DURATION, UNIT_SECONDS, db_option, err, open_db
+from buildreport.cli.shared import DURATION, UNIT_SECONDS, db_option, err, open_db
 from buildreport.faults import printable
 from buildreport.store import DatabaseError, describe, is_postgres
 

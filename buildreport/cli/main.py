@@ -21,10 +21,10 @@ import msgspec
 from click.core import ParameterSource
 
 from buildreport import __version__, config
-from buildreport.cli_hooks import event_options, hook_group
-from buildreport.cli_ops import older_than
-from buildreport.cli_secrets import given_or_from_file, secret_lines
-from buildreport.cli_shared import (
+from buildreport.cli.hooks import event_options, hook_group
+from buildreport.cli.ops import older_than
+from buildreport.cli.secrets import given_or_from_file, secret_lines
+from buildreport.cli.shared import (
     ACCOUNT_NAME,
     CommandGroup,
     check_label,
@@ -38,7 +38,7 @@ from buildreport.cli_shared import (
     opened_dbs,
     when,
 )
-from buildreport.cli_trust import oidc_options, token_claims, trust
+from buildreport.cli.trust import oidc_options, token_claims, trust
 from buildreport.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_RECORDS, DEFAULT_RATE_LIMIT, Settings
 from buildreport.faults import printable
 from buildreport.store import (
@@ -502,7 +502,7 @@ def push(
     import signal
     import threading
 
-    from buildreport.push import Pusher, PushStopped
+    from buildreport.record.push import Pusher, PushStopped
     from buildreport.tokens import TOKEN_SHAPE
 
     if not url.startswith(("http://", "https://")):
@@ -826,7 +826,7 @@ def record(
         raise click.UsageError("--db needs --account NAME")
     if account is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,62}", account):
         raise click.BadParameter(f"{account!r} is not an account name (a-z, 0-9, _ . -)", param_hint="--account")
-    from buildreport.destinations import DatabaseSink, SpoolSink
+    from buildreport.record.destinations import DatabaseSink, SpoolSink
 
     try:
         sink = SpoolSink(spool) if spool is not None else DatabaseSink(db, account)  # type: ignore[arg-type]
@@ -867,8 +867,8 @@ def runner(check_only: bool, **kwargs: object) -> None:
     """Serve one ssh-ng:// session (the forced command of an authorized_keys entry) and record its builds."""
     import msgspec
 
+    from buildreport.cli.record import run_runner
     from buildreport.models import AccountName
-    from buildreport.record.cli import run_runner
 
     if (kwargs["spool"] is None) == (kwargs["db"] is None):
         raise click.UsageError("give either --spool DIR or --db PATH --account NAME")
@@ -880,14 +880,14 @@ def runner(check_only: bool, **kwargs: object) -> None:
     sys.exit(run_runner(check_only=check_only, **kwargs))
 
 
-from buildreport.export import export_command  # noqa: E402 (a command of its own module)
+from buildreport.insights.export import export_command  # noqa: E402 (a command of its own module)
 
 main.add_command(export_command)
 
-from buildreport.cli_collect import collect_command  # noqa: E402 (a command of its own module)
+from buildreport.cli.collect import collect_command  # noqa: E402 (a command of its own module)
 
 main.add_command(collect_command)
-from buildreport.cli_ops import OPS_COMMANDS  # noqa: E402 (backup, restore, prune)
+from buildreport.cli.ops import OPS_COMMANDS  # noqa: E402 (backup, restore, prune)
 
 for command in OPS_COMMANDS:
     main.add_command(command)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from buildreport.cli_shared import ACCOUNT_NAME, destination_options, err
+from buildreport.cli.shared import ACCOUNT_NAME, destination_options, err
 
 
 def _memory_megabytes() -> int:
@@ -55,8 +55,8 @@ def collect_command(
     nix.conf:  json-log-path = /run/buildreport/nix-log.sock
     buildreport collect --socket /run/buildreport/nix-log.sock --spool /var/spool/buildreport
     """
-    from buildreport.destinations import DatabaseSink, SpoolSink
     from buildreport.record.collect import CollectConfig, CollectError, Collector, StoreView, open_socket
+    from buildreport.record.destinations import DatabaseSink, SpoolSink
     from buildreport.store import DatabaseError
 
     if (spool is None) == (db is None):

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
 from buildreport.filters import MAX_TIME_GROUPS, GroupBy, StatsQuery
+from buildreport.insights.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
 from buildreport.models import BuildStatsGroup, Percentiles, UsageBreakdownGroup
 from buildreport.store import day_figures, day_summaries
 from buildreport.storepath import derivation_name

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from buildreport.models import BuildRecord
 from buildreport.record.records import encode
-from buildreport.spool import write_spool_file
+from buildreport.record.spool import write_spool_file
 from buildreport.times import now_us
 
 

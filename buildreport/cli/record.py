@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from buildreport.destinations import DatabaseSink, SpoolSink
 from buildreport.models import BuildRecord
+from buildreport.record.destinations import DatabaseSink, SpoolSink
 from buildreport.record.runner import RunnerConfig, check_original_command, run_session
 from buildreport.record.usage import find_cgroup_root
 from buildreport.store import is_postgres

@@ -1,0 +1,1 @@
+"""The `buildreport` command line: one module per command group, registered in cli/main.py."""

@@ -1,0 +1,1 @@
+"""Figures derived from builds: statistics, percentiles, charts and exports of build lists."""
