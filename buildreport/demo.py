@@ -19,6 +19,15 @@ from buildreport.tokens import new_token
 DEMO_LINK_TTL_US = US_PER_DAY
 
 
+def sample_data_path() -> Path:
+    """The sample dataset shipped inside the package (and so inside the executable)."""
+    from importlib.resources import files
+
+    from buildreport import sample as gen
+
+    return Path(str(files("buildreport").joinpath(*gen.SAMPLE_PATH.parts[1:])))
+
+
 def newest_us(path: Path) -> int:
     """The latest creation or start time in a sample file (a queued build starts after it was created)."""
     decoder = msgspec.json.Decoder(ImportRecord)

@@ -311,7 +311,7 @@ def test_import_progress_bar_on_a_terminal(tmp_path: Path) -> None:
 
     log = "".join(f"line {n} of a long build log\n" for n in range(3500))  # about 100 kB
     big = write_jsonl(tmp_path / "big.jsonl", [record(n, log=log) for n in range(1, 91)])
-    assert big.stat().st_size > 8 * 1024 * 1024  # cli.py draws the bar from 8 MiB on
+    assert big.stat().st_size > 8 * 1024 * 1024  # cli/data.py draws the bar from 8 MiB on
     tmpdir = private_tmpdir(tmp_path)
     controller, terminal = pty.openpty()
     process = subprocess.Popen([*EXE, "import", "--db", str(tmp_path / "big.db"), str(big)], stdin=terminal,

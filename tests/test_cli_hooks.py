@@ -69,22 +69,3 @@ def test_unknown_hooks_and_deliveries_are_one_clear_line(env: Env) -> None:
     for args in (("deliveries", "hook_nope"), ("test", "hook_nope"), ("redeliver", "999")):
         code, _, err = run(env, *args)
         assert code == 1 and "no " in err and len(err.strip().splitlines()) == 1
-
-
-def test_serve_option_defaults_are_the_settings_defaults() -> None:
-    from buildreport.cli.hooks import event_options
-    from buildreport.config import Settings
-
-    defaults = Settings()
-    for option in event_options():
-        param = option(lambda: None).__click_params__[0]
-        assert param.type_cast_value(None, param.default) == getattr(defaults, param.name), param.name
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"), [("0.25", 0.25), ("90s", 90), ("1.5m", 90), ("24h", 86400), ("30d", 2592000)]
-)
-def test_durations_take_fractions_and_units(text: str, seconds: float) -> None:
-    from buildreport.cli.hooks import Span
-
-    assert Span().convert(text, None, None) == seconds

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import free_port
 
-from buildreport.cli.main import main, serve
+from buildreport.cli.main import main
+from buildreport.cli.serve import serve
 from buildreport.config import Settings, WeakKey, key_weakness, load_secret_keys, secret_path
 
 GOOD_KEY = secrets.token_urlsafe(32)

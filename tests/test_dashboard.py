@@ -19,8 +19,7 @@ from conftest import ENGINES, TEST_KEY, Env, auth, new_database, record
 from test_stats import FAILED, RECORDS, us
 from test_web import revoke
 
-from buildreport.cli.main import sample_data_path
-from buildreport.demo import prepare_demo
+from buildreport.demo import prepare_demo, sample_data_path
 from buildreport.filters import BuildFilter
 from buildreport.insights.stats import derivation_name
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkSigner

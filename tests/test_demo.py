@@ -14,15 +14,16 @@ from click.testing import CliRunner
 from conftest import buildreport_command, free_port
 
 import buildreport
-from buildreport.cli import main as cli
+from buildreport.cli import demo as demo_command
+from buildreport.cli.main import main
 from buildreport.config import Settings
-from buildreport.demo import prepare_demo
+from buildreport.demo import prepare_demo, sample_data_path
 from buildreport.store import open_database
 from buildreport.times import now_us
 
 
 def test_the_sample_data_ships_inside_the_package():
-    path = cli.sample_data_path()
+    path = sample_data_path()
     assert path.is_file()
     assert Path(buildreport.__file__).resolve().parent in path.resolve().parents
 
@@ -30,7 +31,7 @@ def test_the_sample_data_ships_inside_the_package():
 def test_demo_builds_never_start_in_the_future(tmp_path):
     now = now_us()
     conn = open_database(tmp_path / "demo.db")
-    prepare_demo(conn, Settings(db=str(tmp_path / "demo.db")), cli.sample_data_path(), now)
+    prepare_demo(conn, Settings(db=str(tmp_path / "demo.db")), sample_data_path(), now)
     newest_start, newest_create = conn.execute("SELECT max(start_us), max(create_us) FROM builds").fetchone()
     pending = conn.execute("SELECT max(start_us) FROM builds WHERE status = 'pending'").fetchone()[0]
     conn.close()
@@ -42,7 +43,7 @@ def test_demo_lines_start_with_https_when_serving_tls(tmp_path):
     db = tmp_path / "demo.db"
     conn = open_database(db)
     settings = Settings(db=str(db), port=8443, tls_cert="c.pem", tls_key="k.pem")
-    lines = prepare_demo(conn, settings, cli.sample_data_path(), now_us())
+    lines = prepare_demo(conn, settings, sample_data_path(), now_us())
     conn.close()
     urls = [word.strip('"') for line in lines for word in line.split() if "://" in word]
     assert urls and all(url.startswith("https://127.0.0.1:8443/") for url in urls)
@@ -65,26 +66,26 @@ def _failing_server(settings: Settings) -> None:
 
 
 def test_a_failed_demo_removes_the_database_it_created(tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "run_server", _failing_server)
+    monkeypatch.setattr(demo_command, "run_server", _failing_server)
     db = tmp_path / "demo.db"
-    result = CliRunner().invoke(cli.main, ["demo", "--db", str(db), "--port", str(free_port())])
+    result = CliRunner().invoke(main, ["demo", "--db", str(db), "--port", str(free_port())])
     assert result.exit_code != 0
     assert sorted(p.name for p in tmp_path.iterdir()) == []
-    again = CliRunner().invoke(cli.main, ["demo", "--db", str(db), "--port", str(free_port())])
+    again = CliRunner().invoke(main, ["demo", "--db", str(db), "--port", str(free_port())])
     assert "exists" not in again.output  # the same command can run again
 
 
 def test_a_failed_demo_removes_its_temporary_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "run_server", _failing_server)
+    monkeypatch.setattr(demo_command, "run_server", _failing_server)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    result = CliRunner().invoke(cli.main, ["demo", "--port", str(free_port())])
+    result = CliRunner().invoke(main, ["demo", "--port", str(free_port())])
     assert result.exit_code != 0
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_demo_refused_before_it_starts_creates_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    result = CliRunner().invoke(cli.main, ["demo", "--port", "0", "--tls-cert", str(tmp_path / "missing.pem"),
+    result = CliRunner().invoke(main, ["demo", "--port", "0", "--tls-cert", str(tmp_path / "missing.pem"),
                                            "--tls-key", str(tmp_path / "missing.key")])
     assert result.exit_code != 0 and "cannot read TLS file" in result.output
     assert list(tmp_path.iterdir()) == []

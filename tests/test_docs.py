@@ -13,7 +13,8 @@ import httpx
 from click.testing import CliRunner
 from conftest import auth, record
 
-from buildreport.cli.main import main, sample_data_path
+from buildreport.cli.main import main
+from buildreport.demo import sample_data_path
 from buildreport.docs import MAX_INT64
 from buildreport.ingest import import_files
 from buildreport.store import open_database

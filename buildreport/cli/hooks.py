@@ -1,8 +1,7 @@
-"""`buildreport hook …`: webhooks, managed by the operator; and the server's options for events and webhooks."""
+"""`buildreport hook …`: webhooks, managed by the operator."""
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
 from urllib.parse import urlsplit
@@ -10,7 +9,6 @@ from urllib.parse import urlsplit
 import click
 import msgspec
 
-from buildreport import config
 from buildreport.cli.shared import CommandGroup, db_option, err, open_db, when
 from buildreport.events import sign
 from buildreport.events.models import EventType, HookFormat
@@ -18,48 +16,8 @@ from buildreport.faults import printable
 from buildreport.store import hooks
 from buildreport.times import US_PER_SECOND, now_us, to_us
 
-SPAN = re.compile(r"([0-9]{1,9}(?:\.[0-9]{1,6})?)([smhd]?)")
-UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_URL_CHARS = 2000
 TEST_TIMEOUT_SECONDS = 10.0
-
-
-class Span(click.ParamType):
-    """A duration: seconds, fractions allowed, with an optional unit: 0.5, 90s, 15m, 24h, 30d."""
-
-    name = "duration"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        if isinstance(value, int | float):
-            return float(value)
-        match = SPAN.fullmatch(str(value).strip())
-        if not match or float(match[1]) <= 0:
-            self.fail(f"{printable(str(value))!r} is not a duration such as 0.5, 90s, 15m, 24h or 30d", param, ctx)
-        return float(match[1]) * UNIT_SECONDS[match[2]]
-
-
-def event_options() -> list:  # type: ignore[type-arg]
-    """`serve`'s options for events and webhooks (README "Events and webhooks")."""
-
-    def option(name: str, default: object, kind: click.ParamType, text: str):  # type: ignore[no-untyped-def]
-        env = "BUILDREPORT_" + name.upper().replace("-", "_")
-        return click.option(f"--{name}", default=default, show_default=True, type=kind, envvar=env, help=text)
-
-    d = config.Settings()
-    # Defaults as a person writes them; each equals the Settings default (tests/test_cli_hooks.py).
-    return [
-        option("event-link-ttl", "7d", Span(), "Lifetime of the signed build links in events."),
-        option("event-retention", "30d", Span(), "How long events are kept."),
-        option("hook-retry-base", "1s", Span(), "First wait before a failed delivery is tried again; "
-               "it doubles each time."),
-        option("hook-retry-for", "24h", Span(), "How long a delivery is tried before it is marked failed."),
-        option("hook-timeout", "10s", Span(), "How long a receiver has to answer a delivery."),
-        option("regression-percent", d.regression_percent, click.FloatRange(0, 10_000),
-               "build.regressed: the recent median duration exceeds the baseline's by this percentage…"),
-        option("regression-seconds", d.regression_seconds, click.FloatRange(0), "… and by this many seconds…"),
-        option("regression-baseline", d.regression_baseline, click.IntRange(1, 20),
-               "… with at least this many successful builds in the baseline (of the 20 before the last 3)."),
-    ]
 
 
 def _check_url(url: str) -> str:

@@ -1,5 +1,5 @@
 """`buildreport token trust`: CI identities an account trusts, whose OIDC ID tokens are exchanged for tokens with
-no stored secret; and the `serve` options that name the issuers and the claims that become tags."""
+no stored secret."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import secrets
 import click
 import msgspec
 
-from buildreport.claims import MAX_LIFETIME_S, issuer_problem, parse_claim_tag
+from buildreport.claims import MAX_LIFETIME_S, issuer_problem
 from buildreport.cli.shared import (
     ACCOUNT_NAME,
     CommandGroup,
@@ -27,38 +27,6 @@ from buildreport.tokens import SCOPES
 POLICY_ID_PREFIX = "pol_"
 MAX_CLAIMS = 20
 MAX_PATTERN_LENGTH = 500
-
-
-def _issuers(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
-    for value in values:
-        if (problem := issuer_problem(value)) is not None:
-            raise click.BadParameter(f"{printable(value)!r}: {problem}")
-    return tuple(values)
-
-
-def _claim_tags(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
-    for value in values:
-        try:
-            parse_claim_tag(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return tuple(values)
-
-
-def oidc_options() -> list:  # type: ignore[type-arg]
-    """`serve` options of the OIDC token exchange (README, "CI jobs without stored secrets")."""
-    return [
-        click.option("--oidc-issuer", "oidc_issuers", multiple=True, callback=_issuers,
-                     envvar="BUILDREPORT_OIDC_ISSUER",
-                     help="An OIDC issuer whose ID tokens /auth/oidc-token-exchange takes (https); repeat for "
-                     "several. Env: BUILDREPORT_OIDC_ISSUER, space-separated."),
-        click.option("--oidc-audience", default="nixbuild.net", show_default=True, envvar="BUILDREPORT_OIDC_AUDIENCE",
-                     help="The audience (aud) an ID token must name."),
-        click.option("--oidc-claim-tag", "oidc_claim_tags", multiple=True, callback=_claim_tags,
-                     envvar="BUILDREPORT_OIDC_CLAIM_TAG",
-                     help="ISSUER:CLAIM=TAG (or *:CLAIM=TAG): builds written with an exchanged token carry the "
-                     "claim as that tag; repeat. An issuer without any takes GitHub Actions' claims."),
-    ]  # fmt: skip
 
 
 def _patterns(claims: tuple[str, ...]) -> dict[str, str]:

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from buildreport.record.destinations import SpoolSink
+from buildreport.record.destinations import SpoolSink, UnusableDatabase
 from buildreport.record.runner import RunnerConfig
 
 
@@ -76,8 +76,6 @@ def _check_sink(config: RunnerConfig) -> Finding:
         except OSError as exc:
             return Finding("missing", f"spool: cannot write to {sink.directory}: {exc.strerror or exc}")
         return Finding("ok", f"spool: {sink.directory} is writable")
-    from buildreport.cli.record import UnusableDatabase
-
     if isinstance(sink, UnusableDatabase):
         return Finding("missing", f"database: {sink.reason}")
     return Finding("ok", "database: opened and up to date")

@@ -8,6 +8,7 @@ one build.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from buildreport.models import BuildRecord
@@ -59,3 +60,23 @@ class DatabaseSink:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class UnusableDatabase:
+    """Stands in for a database that cannot be opened: the session is served, its records are refused."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __call__(self, record: BuildRecord) -> None:
+        raise ValueError(self.reason)
+
+
+def database_sink(db: str, account: str) -> Callable[[BuildRecord], None]:
+    """A sink for `account` in `db`; one that refuses every record when the database cannot be opened."""
+    from buildreport.store import DatabaseError
+
+    try:
+        return DatabaseSink(db, account)
+    except DatabaseError as exc:
+        return UnusableDatabase(str(exc))
