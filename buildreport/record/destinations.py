@@ -34,8 +34,8 @@ class DatabaseSink:
     """Each record written to `account` in a local database, in a transaction of its own; a batch in one."""
 
     def __init__(self, db: Path | str, account: str) -> None:
-        # The storage layer is imported here, not above: it takes a runner session about half a second
-        # to load, and a spool needs none of it.
+        # The storage layer is imported here and the writer in `write_all`, not above: a spool needs neither,
+        # and a runner session starts for every ssh-ng:// connection (bench/NOTES.md).
         from buildreport.store import open_database
 
         self.conn = open_database(db)

@@ -99,7 +99,6 @@ class Session:
         self.unrecorded: str | None = None  # why the session's builds are relayed without being recorded
         self.daemon_total = 0
         self.reply: ReplyDecoder | None = None
-        self.client_closed = False
         self.builds: list[Build] = []
         self.requests = 0
         self.held: Build | None = None
@@ -199,7 +198,6 @@ class Session:
                 write_all(daemon_stdin, data)
             except OSError:
                 break  # the daemon is gone; its exit is what the session reports
-        self.client_closed = True
         self.events.put((time.time(), "client_closed", None))
         with contextlib.suppress(OSError):
             os.close(daemon_stdin)
