@@ -16,7 +16,6 @@ from buildreport.faults import printable
 from buildreport.models import MAX_TAG_KEY_LENGTH, MAX_TAG_VALUE_LENGTH
 
 MAX_LIFETIME_S = 6 * 3600
-GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 # Claims of GitHub Actions' ID tokens and the tags (the names of GitHub's own variables) they become; the mapping of
 # any issuer that has none of its own (serve --oidc-claim-tag).
 GITHUB_TAGS = (
