@@ -13,13 +13,6 @@ import click
 from buildreport.cli.shared import ACCOUNT_NAME, destination_options, err
 
 
-def _memory_megabytes() -> int:
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
-    except (OSError, ValueError):
-        return 0
-
-
 @click.command("collect")
 @click.option(
     "--socket",
@@ -57,6 +50,7 @@ def collect_command(
     """
     from buildreport.record.collect import CollectConfig, CollectError, Collector, StoreView, open_socket
     from buildreport.record.destinations import DatabaseSink, SpoolSink
+    from buildreport.record.process import memory_megabytes
     from buildreport.store import DatabaseError
 
     if (spool is None) == (db is None):
@@ -78,7 +72,7 @@ def collect_command(
     config = CollectConfig(
         sink=sink,
         cpu_count=cpu_count or os.cpu_count() or 1,
-        allocated_megabytes=_memory_megabytes() if allocated_megabytes is None else allocated_megabytes,
+        allocated_megabytes=memory_megabytes() if allocated_megabytes is None else allocated_megabytes,
         log=log,
         store=StoreView(str(nix_state_dir / "db" / "db.sqlite")),
     )

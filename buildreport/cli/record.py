@@ -23,17 +23,6 @@ if TYPE_CHECKING:
     from buildreport.record.runner import RunnerConfig
 
 
-def _memory_megabytes() -> int:
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 def runner_config(
     spool: Path | None,
     db: str | None,
@@ -47,6 +36,7 @@ def runner_config(
     cgroup: bool,
 ) -> RunnerConfig:
     from buildreport.record.destinations import SpoolSink, database_sink
+    from buildreport.record.process import memory_megabytes
     from buildreport.record.runner import RunnerConfig
     from buildreport.record.usage import find_cgroup_root
 
@@ -65,7 +55,7 @@ def runner_config(
         sink=sink,
         state_dir=state_dir,
         cpu_count=cpu_count or os.cpu_count() or 1,
-        allocated_megabytes=_memory_megabytes() if allocated_megabytes is None else allocated_megabytes,
+        allocated_megabytes=memory_megabytes() if allocated_megabytes is None else allocated_megabytes,
         timeout=timeout,
         nix_daemon=nix_daemon,
         nix_options=list(nix_options),

@@ -66,8 +66,6 @@ def token_create(db: str, account: str, scopes: tuple[str, ...], expires_in: str
     click.echo(secret)
 
 
-
-
 @token.command("list")
 @db_option
 def token_list(db: str) -> None:
