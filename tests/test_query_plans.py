@@ -61,8 +61,8 @@ QUERIES = {
     "summary from tag totals, closed window": queries.summary(
         1, BuildFilter(create_from_us=1, create_to_us=10 * US_PER_DAY, tags=(("project", "web"),)), promoted=True
     ),
-    "tag pair size, open": queries.tag_pair_size(1, "project", "web", FILTERS["one tag"], 500),
-    "tag pair size, closed": queries.tag_pair_size(1, "project", "web", FILTERS["closed window"], 500),
+    "tag pair size, open": tag_totals.tag_pair_size(1, "project", "web", FILTERS["one tag"], 500),
+    "tag pair size, closed": tag_totals.tag_pair_size(1, "project", "web", FILTERS["closed window"], 500),
     "tag pair reached the threshold (writes)": (tag_totals._REACHED, [1, "project", "web", 500]),
     "tag totals of one day and status (writes)": (tag_totals._RECOMPUTE, [1, "project", "web", 0, US_PER_DAY, "built"]),
     "tag totals row (writes)": (tag_totals._ROW, [1, "project", "web", 0, "built"]),

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from buildreport.store.queries import US_PER_DAY
+from buildreport.store.kept import US_PER_DAY, WINDOW, KeptTable
 
 _HEADER = struct.Struct("<qqq")
 _SWAP = sys.byteorder != "little"
@@ -44,6 +44,9 @@ _UPSERT = (
     "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"
     " ON CONFLICT (account_id, day_us, status) DO UPDATE SET figures = excluded.figures"
 )
+
+# What it may answer (kept.answers): builds created in whole days, per status.
+DAY_FIGURES = KeptTable("day_figures", WINDOW | {"status"}, US_PER_DAY).check()
 
 # The table (a rowid table: its values run to many kilobytes) and, for SQLite, its filling from stored builds.
 TABLE = """

@@ -22,8 +22,11 @@ from typing import Any, NamedTuple
 
 from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, rank, smallest_at
 from buildreport.store import day_figures
+from buildreport.store.kept import US_PER_DAY, WINDOW, KeptTable
 
 _VALUE = struct.Struct("<8q10d")
+# What it may answer (kept.answers): builds of every status created in whole days.
+DAY_SUMMARIES = KeptTable("day_summaries", WINDOW, US_PER_DAY).check()
 
 TABLE = """
     CREATE TABLE day_summaries (

@@ -33,9 +33,14 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
+from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery, set_fields
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
-from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sql, _ordered, in_list, usage_days
+from buildreport.store import filter_sql
+from buildreport.store.day_figures import DAY_FIGURES
+from buildreport.store.day_summaries import DAY_SUMMARIES
+from buildreport.store.filter_sql import Query, in_list
+from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable, answers
+from buildreport.store.queries import ordered, usage_days
 from buildreport.times import now_us
 
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
@@ -76,38 +81,6 @@ def _by_kind(alias: str, queues: bool) -> str:
     )
 
 
-def _window(column: str, build_filter: BuildFilter) -> tuple[str, list[object]]:
-    sql, params = f" AND {column} >= ?", [build_filter.create_from_us]
-    if build_filter.create_to_us is not None:
-        sql += f" AND {column} < ?"
-        params.append(build_filter.create_to_us)
-    return sql, params
-
-
-def _statuses(alias: str, build_filter: BuildFilter) -> tuple[str, list[object]]:
-    if not build_filter.statuses:
-        return "", []
-    return f" AND {alias}.status IN ({','.join('?' * len(build_filter.statuses))})", [
-        s.value for s in build_filter.statuses
-    ]
-
-
-def _conditions(account_id: int, build_filter: BuildFilter) -> tuple[str, list[object]]:
-    """The filter's statuses, derivation path and tag pairs on the build `b`; each tag pair is checked by its
-    full key in the tag index."""
-    sql, params = _statuses("b", build_filter)
-    if build_filter.derivation_path is not None:
-        sql += " AND b.derivation_path = ?"
-        params.append(build_filter.derivation_path)
-    for key, value in build_filter.tags:
-        sql += (
-            " AND EXISTS (SELECT 1 FROM build_tags o WHERE o.account_id = ? AND o.key = ? AND o.value = ?"
-            " AND o.create_us = b.create_us AND o.build_id = b.build_id)"
-        )
-        params += [account_id, key, value]
-    return sql, params
-
-
 def _newest(select: str, where: str, order: str, failed: bool) -> str:
     """The newest build of a group (or its newest failed one) as `create_us build_id status`, zero-padded."""
     extra = f" AND b.status IN {in_list(FAILED)}" if failed else ""
@@ -117,8 +90,19 @@ def _newest(select: str, where: str, order: str, failed: bool) -> str:
     )
 
 
+# What a walk of `builds_for_stats` by period and status can filter on; other filters are grouped in one pass.
+_BY_PERIOD_FIELDS = WINDOW | {"status"}
+# Kept figures whose rows a grouping by their period takes whole periods from, the first that answers.
+_PERIOD_TABLES = (DAY_SUMMARIES, DAY_FIGURES)
+
+
+def _kept_table(build_filter: BuildFilter, period: int) -> KeptTable | None:
+    return next((t for t in _PERIOD_TABLES if t.period_us == period and answers(t, build_filter)), None)
+
+
 def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues: bool) -> Query:
-    """Figures per period and status, each period of the window read from `builds_for_stats` by status."""
+    """Figures per period and status, each period of the window read from `builds_for_stats` by status, or
+    whole periods from kept figures that answer the filter (`_kept_table`)."""
     low = build_filter.create_from_us
     # Up to the window's end, or now: never to the newest build, which may be dated thousands of years ahead.
     end = build_filter.create_to_us if build_filter.create_to_us is not None else max(now_us(), low)
@@ -138,8 +122,9 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         f"(SELECT {_by_status('b', queues)} FROM builds b WHERE b.account_id = ? AND b.status = statuses.status"
         " AND b.create_us >= periods.low AND b.create_us < periods.high)"
     )
-    if period == US_PER_DAY and not build_filter.statuses:
-        whole_day = f"periods.low % {US_PER_DAY} = 0 AND periods.high = periods.low + {US_PER_DAY}"
+    kept = _kept_table(build_filter, period)
+    if kept is DAY_SUMMARIES:
+        whole_day = f"periods.low % {period} = 0 AND periods.high = periods.low + {period}"
         # Whole days of the window: each its one kept summary, of every status (status NULL); the edges by status.
         sql += (
             f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
@@ -149,7 +134,7 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         )
         return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id,
                      account_id]
-    if period == US_PER_DAY:  # whole days of the window: their kept figures per status
+    if kept is DAY_FIGURES:  # whole days of the window: their kept figures per status
         figures = (
             "CASE WHEN periods.low % ? = 0 AND periods.high = periods.low + ? THEN (SELECT f.figures FROM day_figures f"
             " WHERE f.account_id = ? AND f.day_us = periods.low AND f.status = statuses.status)"
@@ -201,10 +186,9 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
             "FROM build_tags g JOIN builds b ON b.account_id = g.account_id AND b.create_us = +g.create_us"
             " AND +b.build_id = g.build_id"
         )
-    window, window_params = _window(f"{tag}.create_us", build_filter)
-    conditions, condition_params = _conditions(account_id, build_filter)
-    where = f"{tag}.account_id = ? AND {tag}.key = ? AND {tag}.value = {{value}}{window}{conditions}"
-    where_params = [account_id, key, *window_params, *condition_params]
+    conditions, condition_params = filter_sql.conditions(account_id, build_filter, "b", f"{tag}.create_us")
+    where = f"{tag}.account_id = ? AND {tag}.key = ? AND {tag}.value = {{value}}{conditions}"
+    where_params = [account_id, key, *condition_params]
     return _value_groups("tag_values", values, [account_id, key, account_id, key], select, where, where_params, queues)
 
 
@@ -213,8 +197,7 @@ def _derivation_groups(account_id: int, build_filter: BuildFilter, queues: bool,
     """Figures per derivation path, of the paths from `low` (inclusive) to `high` (exclusive) when given: the
     paths found one by one in `builds_by_derivation`, each path's builds in the window read from the same
     index, which holds their figures."""
-    window, window_params = _window("b.create_us", build_filter)
-    conditions, condition_params = _conditions(account_id, build_filter)
+    conditions, condition_params = filter_sql.conditions(account_id, build_filter)
     # The first path is sought within both bounds; each next one, being greater, only below `high`.
     bounds = [(op, bound) for op, bound in ((">=", low), ("<", high)) if bound is not None]
     first, first_params = "".join(f" AND derivation_path {op} ?" for op, _ in bounds), [b for _, b in bounds]
@@ -226,9 +209,9 @@ def _derivation_groups(account_id: int, build_filter: BuildFilter, queues: bool,
         f" WHERE d.account_id = ? AND d.derivation_path > paths.value{below})"
         " FROM paths WHERE paths.value IS NOT NULL"
     )
-    where = f"b.account_id = ? AND b.derivation_path = {{value}}{window}{conditions}"
+    where = f"b.account_id = ? AND b.derivation_path = {{value}}{conditions}"
     return _value_groups("paths", values, [account_id, *first_params, account_id, *below_params], "FROM builds b",
-                         where, [account_id, *window_params, *condition_params], queues)
+                         where, [account_id, *condition_params], queues)
 
 
 # The value each grouping of the one-pass query groups by; time groupings, the start of its period.
@@ -241,7 +224,7 @@ _GROUP_COLUMNS = {
 
 
 def _grouped_in_one_pass(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queues: bool) -> Query:
-    source, where, params = _filter_sql(account_id, build_filter, "b")
+    source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     sql = (
         f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, {_by_status('b', queues)}"
         f" FROM {source} WHERE {where} GROUP BY g, b.status"
@@ -252,7 +235,7 @@ def _grouped_in_one_pass(account_id: int, build_filter: BuildFilter, group_by: G
 def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queue_times: bool = True) -> Query:
     """The figures of each group of the matching builds (see the module's docstring for the rows); without
     `queue_times` their arrays are left empty."""
-    if group_by.kind in _PERIODS and not build_filter.tags and build_filter.derivation_path is None:
+    if group_by.kind in _PERIODS and set_fields(build_filter) <= _BY_PERIOD_FIELDS:
         return _time_groups(account_id, build_filter, _PERIODS[group_by.kind], queue_times)
     if group_by.kind == "tag" and group_by.tag_key is not None:
         return _tag_groups(account_id, build_filter, group_by.tag_key, queue_times)
@@ -295,15 +278,14 @@ def stats_parts(
 def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
     """`(path, newest)` of each derivation path given: its newest matching build (or newest failed one), a step
     back from the end of the path's range of `builds_by_derivation`; null when it has none."""
-    window, window_params = _window("b.create_us", build_filter)
-    conditions, condition_params = _conditions(account_id, build_filter)
-    where = f"b.account_id = ? AND b.derivation_path = p.value{window}{conditions}"
+    conditions, condition_params = filter_sql.conditions(account_id, build_filter)
+    where = f"b.account_id = ? AND b.derivation_path = p.value{conditions}"
     newest = _newest("FROM builds b", where, "b.create_us DESC, b.build_id DESC", failed)
     sql = f"WITH p(value) AS (VALUES {','.join(['(?)'] * len(paths))}) SELECT p.value, {newest} FROM p"
-    return sql, [*paths, account_id, *window_params, *condition_params]
+    return sql, [*paths, account_id, *condition_params]
 
 
-def _stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:
+def stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:
     where = f"b.account_id = ? AND b.stop_us IS NOT NULL AND b.stop_us >= ? AND b.status IN {in_list(BILLABLE)}"
     params: list[object] = [query.from_us]
     if query.to_us is not None:
@@ -322,22 +304,22 @@ def usage_by_day(account_id: int, query: UsageQuery) -> Query:
 
 def usage_by_system(account_id: int, query: UsageQuery) -> Query:
     """(system, CPU seconds, builds) of the billable builds that stopped in range."""
-    where, params = _stopped_billable(query)
+    where, params = stopped_billable(query)
     sql = f"SELECT b.body ->> '$.system', sum(b.cpu_seconds), count(*) FROM builds b WHERE {where} GROUP BY 1"
     return sql, [account_id, *params]
 
 
 def usage_tags(account_id: int, query: UsageQuery) -> Query:
     """(tags as JSON, CPU seconds) of each billable build that stopped in range."""
-    where, params = _stopped_billable(query)
+    where, params = stopped_billable(query)
     return f"SELECT b.body -> '$.tags', b.cpu_seconds FROM builds b WHERE {where}", [account_id, *params]
 
 
 def export_keys(account_id: int, build_filter: BuildFilter, cursor: Cursor | None, size: int) -> Query:
     """The next `size` builds in list order after `cursor`: (create time, build id) each, from the index."""
-    source, where, params, order = _ordered(account_id, ListQuery(filter=build_filter, cursor=cursor))
-    keys = "t.create_us, t.build_id" if build_filter.tags else "b.create_us, b.build_id"
-    return f"SELECT {keys} FROM {source} WHERE {where} ORDER BY {order} LIMIT ?", [*params, size]
+    source, where, params, keys = ordered(account_id, ListQuery(filter=build_filter, cursor=cursor))
+    order = f"{keys[0]} DESC, {keys[1]} DESC"
+    return f"SELECT {', '.join(keys)} FROM {source} WHERE {where} ORDER BY {order} LIMIT ?", [*params, size]
 
 
 def bodies_by_id(build_ids: Sequence[int]) -> Query:

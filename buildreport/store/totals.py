@@ -6,13 +6,19 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 
 from buildreport.models import BILLABLE
-from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, in_list
+from buildreport.store.filter_sql import in_list
+from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable
 
 # Past this many touched periods of one account, one pass over all its builds is cheaper than one query an hour.
 FULL_RECOMPUTE_THRESHOLD = 500
 
 # Totals tables and their period; a summary reads whole periods from them.
 HOURLY, DAILY = ("hourly_totals", US_PER_HOUR), ("daily_totals", US_PER_DAY)
+# What they may answer (kept.answers): builds created in whole hours or days, of any set of statuses.
+HOURLY_TOTALS = KeptTable("hourly_totals", WINDOW | {"status"}, US_PER_HOUR).check()
+DAILY_TOTALS = KeptTable("daily_totals", WINDOW | {"status"}, US_PER_DAY).check()
+# By the day billable builds stopped: /usage and /usage/breakdown by day read it, never a build filter.
+DAILY_USAGE = KeptTable("daily_usage", frozenset(), US_PER_DAY).check()
 
 _TOTALS_SELECT = """
 SELECT account_id, create_us - create_us % {period}, status, count(*), sum(cpu_seconds),
