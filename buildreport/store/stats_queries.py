@@ -93,11 +93,11 @@ def _newest(select: str, where: str, order: str, failed: bool) -> str:
 # What a walk of `builds_for_stats` by period and status can filter on; other filters are grouped in one pass.
 _BY_PERIOD_FIELDS = WINDOW | {"status"}
 # Kept figures whose rows a grouping by their period takes whole periods from, the first that answers.
-_PERIOD_TABLES = (DAY_SUMMARIES, DAY_FIGURES)
+PERIOD_TABLES = (DAY_SUMMARIES, DAY_FIGURES)
 
 
 def _kept_table(build_filter: BuildFilter, period: int) -> KeptTable | None:
-    return next((t for t in _PERIOD_TABLES if t.period_us == period and answers(t, build_filter)), None)
+    return next((t for t in PERIOD_TABLES if t.period_us == period and answers(t, build_filter)), None)
 
 
 def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues: bool) -> Query:
