@@ -9,15 +9,14 @@ costs more than everything else together). Each group is read on its own, as ran
 every figure it needs:
 
 - time groups (no tag filter): one range of `builds_for_stats` per period and status; a whole day of a
-  grouping by day, its row of `day_summaries` (without a status filter; see day_summaries.py) or of
-  `day_figures` per status (see day_figures.py), both kept by the writer;
+  grouping by day, its rows of `day_figures` per status (see day_figures.py), kept by the writer;
 - tag groups: the tag's values, found one by one in the tag index, then each value's tag rows in the window
   (each tag row holds its build's status, CPU seconds, duration and queue time);
 - derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
 - anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
 
 Each row is `(value, status, figures)`. `figures` is a JSON array (or the binary value of a row of
-`day_figures`, or with status null of `day_summaries`; null for a day without such builds): with a status,
+`day_figures`; null for a day without such builds): with a status,
 `[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
 `[builds, successful, discarded, unfinished, cpu seconds, unbilled cpu seconds, [durations], [queue times]]`.
 
@@ -37,7 +36,6 @@ from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQu
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
 from buildreport.store import filter_sql
 from buildreport.store.day_figures import DAY_FIGURES
-from buildreport.store.day_summaries import DAY_SUMMARIES
 from buildreport.store.filter_sql import Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable, answers
 from buildreport.store.queries import ordered, usage_days
@@ -93,7 +91,7 @@ def _newest(select: str, where: str, order: str, failed: bool) -> str:
 # What a walk of `builds_for_stats` by period and status can filter on; other filters are grouped in one pass.
 _BY_PERIOD_FIELDS = WINDOW | {"status"}
 # Kept figures whose rows a grouping by their period takes whole periods from, the first that answers.
-PERIOD_TABLES = (DAY_SUMMARIES, DAY_FIGURES)
+PERIOD_TABLES = (DAY_FIGURES,)
 
 
 def _kept_table(build_filter: BuildFilter, period: int) -> KeptTable | None:
@@ -123,17 +121,6 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         " AND b.create_us >= periods.low AND b.create_us < periods.high)"
     )
     kept = _kept_table(build_filter, period)
-    if kept is DAY_SUMMARIES:
-        whole_day = f"periods.low % {period} = 0 AND periods.high = periods.low + {period}"
-        # Whole days of the window: each its one kept summary, of every status (status NULL); the edges by status.
-        sql += (
-            f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
-            f" WHERE NOT ({whole_day})"
-            " UNION ALL SELECT periods.low, NULL, (SELECT s.figures FROM day_summaries s"
-            f" WHERE s.account_id = ? AND s.day_us = periods.low) FROM periods WHERE {whole_day}"
-        )
-        return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id,
-                     account_id]
     if kept is DAY_FIGURES:  # whole days of the window: their kept figures per status
         figures = (
             "CASE WHEN periods.low % ? = 0 AND periods.high = periods.low + ? THEN (SELECT f.figures FROM day_figures f"
@@ -326,8 +313,8 @@ def bodies_by_id(build_ids: Sequence[int]) -> Query:
     """(build id, stored JSON) of builds by id, in id order: the command line's export reads a page with this.
 
     An export takes a page's ids from the index newest first, then reads their JSON oldest first: the builds
-    table is laid out by id, ids grow with time, and the file read forwards is read ahead by the kernel. Read
-    newest first, page by page, a file no longer cached gave 38,000 builds/s; this way, 137,000."""
+    table is laid out by id, ids grow with time, and the file read forwards is read ahead by the kernel
+    (measured in bench/notes.md)."""
     marks = ",".join("?" * len(build_ids))
     return f"SELECT build_id, body FROM builds WHERE build_id IN ({marks}) ORDER BY build_id", list(build_ids)
 
@@ -338,9 +325,8 @@ def body_parts(build_ids: Sequence[int]) -> list[Query]:
     Each answers one row: its build ids as a JSON array and their JSON joined by newlines, both in id
     order (the subquery's LIMIT keeps the order for the aggregates). One row instead of one a build: rows
     handed over one at a time contend with the request's thread for the interpreter lock at each step.
-    A page's JSON lines are read forwards, as `bodies_by_id` says; two halves at once keep the disk busier.
-    Over HTTP, 700,000 builds: from 7.5-7.9 s to 5.5-6.0 s with the file's pages not cached, from 4.6-4.8
-    s to 3.4 s with them cached."""
+    A page's JSON lines are read forwards, as `bodies_by_id` says; two halves at once keep the disk busier
+    (measured in bench/notes.md)."""
     ids = sorted(build_ids)
     middle = len(ids) // 2
     return [_joined_bodies(half) for half in (ids[:middle], ids[middle:]) if half]

@@ -27,7 +27,7 @@ FROM builds WHERE account_id = ? {where} GROUP BY 1, 2, 3
 """
 # A day's totals are its hours' totals added up: sums add, and the first start and last stop are the least and
 # greatest of its hours'. That reads at most 24 rows where the day's builds would be read: a large import is
-# spared one pass over every build of the account (about 2 s for a million builds).
+# spared one pass over every build of the account.
 _DAYS_FROM_HOURS = f"""
 SELECT account_id, period_us - period_us % {US_PER_DAY}, status, sum(builds), sum(cpu_seconds), sum(duration_us),
        sum(nar_size_bytes), min(first_start_us), max(last_stop_us)
