@@ -21,7 +21,16 @@ from test_tag_totals import patched
 
 from buildreport.filters import BuildFilter, GroupBy, StatsQuery, UsageQuery, set_fields
 from buildreport.ingest import import_files
-from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus, Usage
+from buildreport.models import (
+    BILLABLE,
+    DISCARDED,
+    FAILED,
+    SUCCESSFUL,
+    UNFINISHED,
+    BuildStatsGroup,
+    BuildStatus,
+    Usage,
+)
 from buildreport.stats import build_stats, usage_breakdown
 from buildreport.store import open_database, open_reader
 from buildreport.store.day_figures import DAY_FIGURES
@@ -162,8 +171,14 @@ def plain_summary_row(builds: list[Stored]) -> tuple:
     )
 
 
-def plain_stats_rows(builds: list[Stored], group_of: Any) -> list[tuple]:
-    """Rows of the one-status form (stats_queries' docstring) made in Python: one per group and status."""
+def without_queue_times(groups: list[BuildStatsGroup]) -> list[BuildStatsGroup]:
+    """The groups as the dashboard reads them: it asks for no queue times (kept days may hold them anyway)."""
+    return [msgspec.structs.replace(group, queue_time_seconds=None) for group in groups]
+
+
+def plain_stats_rows(builds: list[Stored], group_of: Any, queue_times: bool = True) -> list[tuple]:
+    """Rows of the one-status form (stats_queries' docstring) made in Python: one per group and status; without
+    `queue_times` their arrays left empty."""
     groups: dict[tuple[Any, str], list[Stored]] = {}
     for b in builds:
         group = group_of(b)
@@ -172,7 +187,7 @@ def plain_stats_rows(builds: list[Stored], group_of: Any) -> list[tuple]:
     rows = []
     for (group, status), members in groups.items():
         durations = [json.loads(b.duration_text) for b in members if b.duration_text is not None]
-        queues = [json.loads(b.queue_text) for b in members if b.queue_text is not None]
+        queues = [json.loads(b.queue_text) for b in members if b.queue_text is not None and queue_times]
         figures = json.dumps([len(members), sum(b.cpu_seconds for b in members), durations, queues])
         rows.append((group, status, figures))
     return rows
@@ -208,6 +223,8 @@ async def answers_of(db: Any, account_id: int, build_filter: BuildFilter, usage:
             "summary": await reader.summary(account_id, build_filter, NOW_US),
             "stats by day": build_stats(await reader.stats_rows(account_id, by_day.filter, by_day.group_by), by_day),
             "stats by tag": build_stats(await reader.stats_rows(account_id, by_tag.filter, by_tag.group_by), by_tag),
+            "stats by day, no queue times (the dashboard's)": without_queue_times(build_stats(
+                await reader.stats_rows(account_id, by_day.filter, by_day.group_by, queue_times=False), by_day)),
             "usage": await reader.usage(account_id, usage),
             "usage by day": usage_breakdown(await reader.usage_rows(account_id, usage, GroupBy("day")), GroupBy("day")),
         }
@@ -227,6 +244,9 @@ def plain_answers(builds: list[Stored], account_id: int, build_filter: BuildFilt
         "stats by day": build_stats(day_rows, by_day),
         "stats by tag": build_stats(plain_stats_rows(matching(builds, account_id, by_tag.filter),
                                                      lambda b: b.tags.get(TAG_KEYS[0])), by_tag),
+        "stats by day, no queue times (the dashboard's)": without_queue_times(build_stats(
+            plain_stats_rows(matching(builds, account_id, by_day.filter),
+                             lambda b: b.create_us - b.create_us % US_PER_DAY, queue_times=False), by_day)),
         "usage": Usage(billable_cpu_seconds=sum(cpu for _, cpu, _ in days),
                        billable_build_count=sum(count for *_, count in days)),
         "usage by day": usage_breakdown(days, GroupBy("day")),

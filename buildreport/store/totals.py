@@ -12,11 +12,12 @@ from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable
 # Past this many touched periods of one account, one pass over all its builds is cheaper than one query an hour.
 FULL_RECOMPUTE_THRESHOLD = 500
 
-# Totals tables and their period; a summary reads whole periods from them.
-HOURLY, DAILY = ("hourly_totals", US_PER_HOUR), ("daily_totals", US_PER_DAY)
-# What they may answer (kept.answers): builds created in whole hours or days, of any set of statuses.
+# Totals tables and what they may answer (kept.answers): builds created in whole hours or days, of any set of
+# statuses; a summary reads whole periods from them.
 HOURLY_TOTALS = KeptTable("hourly_totals", WINDOW | {"status"}, US_PER_HOUR).check()
 DAILY_TOTALS = KeptTable("daily_totals", WINDOW | {"status"}, US_PER_DAY).check()
+# (table, period) of each, as the writer rebuilds them.
+HOURLY, DAILY = (HOURLY_TOTALS.name, HOURLY_TOTALS.period_us), (DAILY_TOTALS.name, DAILY_TOTALS.period_us)
 # By the day billable builds stopped: /usage and /usage/breakdown by day read it, never a build filter.
 DAILY_USAGE = KeptTable("daily_usage", frozenset(), US_PER_DAY).check()
 
