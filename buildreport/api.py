@@ -18,10 +18,10 @@ from buildreport import answers, filters, ingestion, metrics
 from buildreport.answers import Pairs, RawHeaders, json_headers, raw_headers
 from buildreport.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.claims import claim_tags
+from buildreport.http.parameters import filter_parameter
 from buildreport.models import (
     Build,
     BuildRecord,
-    BuildStatus,
     BuildSummary,
     BuildURL,
     InvalidRecordsProblem,
@@ -135,28 +135,7 @@ def _integer(low: int, high: int, default: int | None = None, example: int | Non
 
 
 _DATE = {"oneOf": None, "type": OpenAPIType.STRING, "format": OpenAPIFormat.DATE}
-# What the filters accept, in the schema language: a date or an RFC 3339 date-time; a non-empty derivation path;
-# comma-separated KEY:VALUE pairs (the key without a colon, no commas anywhere); comma-separated statuses.
-_MOMENT = {
-    "oneOf": None,
-    "type": OpenAPIType.STRING,
-    "anyOf": [Schema(format=OpenAPIFormat.DATE), Schema(format=OpenAPIFormat.DATE_TIME)],
-}
 _NON_EMPTY = {"oneOf": None, "type": OpenAPIType.STRING, "minLength": 1}
-# Text kept in a column of its own never holds NUL (models.NO_NUL), so no filter on it does either.
-_PATH = {**_NON_EMPTY, "pattern": "^[^\\x00]+$"}
-_TAG = "[^,:\\x00]+:[^,\\x00]*"
-_TAGS = {
-    **_NON_EMPTY,
-    "pattern": f"^{_TAG}(,{_TAG}){{0,{filters.MAX_TAG_PAIRS - 1}}}$",
-    "examples": ["GITHUB_REPOSITORY:acme/webshop,project:web"],
-}
-_ONE_STATUS = "(" + "|".join(s.value for s in BuildStatus) + ")"
-_STATUSES = {
-    **_NON_EMPTY,
-    "pattern": f"^{_ONE_STATUS}(,{_ONE_STATUS}){{0,{filters.MAX_STATUS_VALUES - 1}}}$",
-    "examples": ["build_failed,timeout"],
-}
 
 
 def _errors(*codes: int, scope: str = READ_SCOPE) -> dict[int, ResponseSpec]:
@@ -177,33 +156,11 @@ def _errors(*codes: int, scope: str = READ_SCOPE) -> dict[int, ResponseSpec]:
     }
 
 
-TagsParam = Annotated[
-    str | None,
-    QueryParameter(
-        description="Comma-separated `KEY:VALUE` pairs, split at the first colon; a build must carry every pair. "
-        "May be repeated.",
-        schema_extra=_TAGS,
-    ),
-]
-StatusParam = Annotated[
-    str | None,
-    QueryParameter(description="One or more comma-separated build statuses. May be repeated.", schema_extra=_STATUSES),
-]
-FromParam = Annotated[
-    str | None,
-    QueryParameter(
-        description="Date (midnight UTC) or date-time; builds created at or after it. Default: 24 hours ago. "
-        "Not later than `create_time_to`.",
-        schema_extra={**_MOMENT, "examples": ["2026-11-01"]},
-    ),
-]
-ToParam = Annotated[
-    str | None,
-    QueryParameter(
-        description="Date (midnight UTC) or date-time; builds created before it. Default: no bound.",
-        schema_extra={**_MOMENT, "examples": ["2026-12-01T00:00:00Z"]},
-    ),
-]
+TagsParam = filter_parameter("tags")
+StatusParam = filter_parameter("status")
+FromParam = filter_parameter("create_time_from")
+ToParam = filter_parameter("create_time_to")
+PathParam = filter_parameter("derivation_path")
 
 
 @get(
@@ -223,9 +180,7 @@ async def list_builds(
     limit: Annotated[
         str | None, QueryParameter(description="1 to 10000; default 500.", schema_extra=_integer(1, 10_000, 500, 50))
     ] = None,
-    derivation_path: Annotated[
-        str | None, QueryParameter(description="Exact derivation path.", schema_extra=_PATH)
-    ] = None,
+    derivation_path: PathParam = None,
     cursor: Annotated[
         str | None,
         QueryParameter(

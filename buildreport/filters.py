@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated
 
 import msgspec
 
 from buildreport.errors import MAX_SHOWN_CHARS, InvalidParams, shown
+from buildreport.filter_spec import FILTER_FIELDS, MAX_STATUS_VALUES, MAX_TAG_PAIRS, WINDOW_FIELDS
 from buildreport.models import BuildStatus, InvalidParam
 from buildreport.times import US_PER_DAY, date_to_us, from_us, month_start_us, parse_date, parse_moment
 
@@ -21,10 +22,6 @@ _STATUSES = ", ".join(s.value for s in BuildStatus)
 # Canonical decimal only (no sign, no leading zero), at most 19 digits: one text per number, and int() is
 # never asked to convert a huge string.
 CANONICAL_INT = re.compile(r"0|[1-9][0-9]{0,18}")
-# Per request: far more than any report needs, and few enough that every query stays far inside SQLite's
-# limits on expression depth (1000) and bound variables (32766) whatever else the filter holds.
-MAX_TAG_PAIRS = 32
-MAX_STATUS_VALUES = 32
 NonNegativeInt64 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 # 0 to 2**63 - 1 each: a first hex digit of 0-7 keeps the value within a signed 64-bit integer.
 CURSOR_PATTERN = "[0-7][0-9a-f]{15}[0-7][0-9a-f]{15}"
@@ -41,6 +38,13 @@ class BuildFilter(msgspec.Struct, frozen=True):
     statuses: tuple[BuildStatus, ...] = ()
     tags: tuple[tuple[str, str], ...] = ()
     derivation_path: str | None = None
+
+
+def set_fields(build_filter: BuildFilter) -> frozenset[str]:
+    """The names of the fields a filter restricts: the window's start always, the others when given."""
+    return frozenset(
+        field.name for field in FILTER_FIELDS if getattr(build_filter, field.attr) not in (None, ())
+    )
 
 
 class Cursor(msgspec.Struct, frozen=True, array_like=True):
@@ -117,34 +121,34 @@ def _too_many(params: _Params, name: str, items: list[str], cap: int, what: str)
     return True
 
 
-def _parse_tags(params: _Params) -> tuple[tuple[str, str], ...]:
-    items = params.joined("tags")
-    if items is None or _too_many(params, "tags", items, MAX_TAG_PAIRS, "tag pairs"):
+def _parse_tags(params: _Params, name: str = "tags") -> tuple[tuple[str, str], ...]:
+    items = params.joined(name)
+    if items is None or _too_many(params, name, items, MAX_TAG_PAIRS, "tag pairs"):
         return ()
     tags: dict[tuple[str, str], None] = {}
     for item in items:
         key, colon, value = item.partition(":")
         if not colon:
-            params.fail("tags", f"{shown(item)} is not KEY:VALUE")
+            params.fail(name, f"{shown(item)} is not KEY:VALUE")
         elif not key:
-            params.fail("tags", f"{shown(item)} has an empty key")
+            params.fail(name, f"{shown(item)} has an empty key")
         elif "\x00" in item:
-            params.fail("tags", f"{shown(item)} contains the NUL character, which no tag holds")
+            params.fail(name, f"{shown(item)} contains the NUL character, which no tag holds")
         else:
             tags[(key, value)] = None
     return tuple(tags)
 
 
-def _parse_statuses(params: _Params) -> tuple[BuildStatus, ...]:
-    items = params.joined("status")
-    if items is None or _too_many(params, "status", items, MAX_STATUS_VALUES, "status values"):
+def _parse_statuses(params: _Params, name: str = "status") -> tuple[BuildStatus, ...]:
+    items = params.joined(name)
+    if items is None or _too_many(params, name, items, MAX_STATUS_VALUES, "status values"):
         return ()
     statuses: dict[BuildStatus, None] = {}
     for item in items:
         try:
             statuses[BuildStatus(item)] = None
         except ValueError:
-            params.fail("status", f"{shown(item)} is not a build status; allowed: {_STATUSES}")
+            params.fail(name, f"{shown(item)} is not a build status; allowed: {_STATUSES}")
     return tuple(statuses)
 
 
@@ -179,37 +183,52 @@ def _check_range(params: _Params, low: int | None, high: int | None, low_name: s
         params.fail(low_name, f"{low_name} is later than {high_name}")
 
 
+def _parse_store_path(params: _Params, name: str) -> str | None:
+    text = params.single(name)
+    if text == "":
+        params.fail(name, "must not be empty")
+    elif text is not None and "\x00" in text:
+        params.fail(name, "contains the NUL character, which no store path holds")
+    return text
+
+
+# How each kind of filter field reads its text: (params, name) -> the BuildFilter value.
+_FIELD_PARSERS: dict[str, Callable[[_Params, str], object]] = {
+    "moment": _parse_moment,
+    "store_path": _parse_store_path,
+    "statuses": _parse_statuses,
+    "tags": _parse_tags,
+}
+
+
 def _parse_filter(params: _Params, now_us: int) -> BuildFilter:
-    create_from = _parse_moment(params, "create_time_from")
-    create_to = _parse_moment(params, "create_time_to")
+    """Every field of FILTER_FIELDS read by its kind; a field the route does not take reads as not given."""
+    values = {field.attr: _FIELD_PARSERS[field.kind](params, field.name) for field in FILTER_FIELDS
+              if field.name in WINDOW_FIELDS}
+    create_from, create_to = values["create_from_us"], values["create_to_us"]
     if create_from is None:
         create_from = now_us - US_PER_DAY
-        if create_to is not None and create_to < create_from:
+        if create_to is not None and create_to < create_from:  # type: ignore[operator]
             # Only an explicit `from` can be wrong; an early `to` with the default `from` selects nothing.
             create_to = create_from
     else:
-        _check_range(params, create_from, create_to, "create_time_from", "create_time_to")
-    derivation_path = params.single("derivation_path")
-    if derivation_path == "":
-        params.fail("derivation_path", "must not be empty")
-    elif derivation_path is not None and "\x00" in derivation_path:
-        params.fail("derivation_path", "contains the NUL character, which no store path holds")
-    return BuildFilter(
-        create_from_us=create_from,
-        create_to_us=create_to,
-        statuses=_parse_statuses(params),
-        tags=_parse_tags(params),
-        derivation_path=derivation_path,
-    )
+        _check_range(params, create_from, create_to, *WINDOW_FIELDS)  # type: ignore[arg-type]
+    values.update(create_from_us=create_from, create_to_us=create_to)
+    for field in FILTER_FIELDS:
+        if field.name not in WINDOW_FIELDS:
+            values[field.attr] = _FIELD_PARSERS[field.kind](params, field.name)
+    return BuildFilter(**values)  # type: ignore[arg-type]
 
 
-_FILTER_PARAMS = ("tags", "create_time_from", "create_time_to", "status")
-_REPEATABLE = ("tags", "status")
+# The filter's names on the routes that take all of it (list, export) and on the summaries (summary, stats).
+FILTER_NAMES = tuple(field.name for field in FILTER_FIELDS)
+SUMMARY_FILTER_NAMES = tuple(field.name for field in FILTER_FIELDS if field.summaries)
+_REPEATABLE = tuple(field.name for field in FILTER_FIELDS if field.repeats)
 
 
 def parse_list_query(pairs: Pairs, now_us: int) -> ListQuery:
     """Parameters of GET /builds."""
-    params = _Params(pairs, (*_FILTER_PARAMS, "limit", "derivation_path", "cursor"), _REPEATABLE)
+    params = _Params(pairs, (*FILTER_NAMES, "limit", "cursor"), _REPEATABLE)
     build_filter = _parse_filter(params, now_us)
     limit = _parse_int(params, "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
     cursor = None
@@ -224,7 +243,7 @@ def parse_list_query(pairs: Pairs, now_us: int) -> ListQuery:
 
 def parse_summary_query(pairs: Pairs, now_us: int) -> BuildFilter:
     """Parameters of GET /builds/summary: the list filters without `limit` and `derivation_path`."""
-    params = _Params(pairs, _FILTER_PARAMS, _REPEATABLE)
+    params = _Params(pairs, SUMMARY_FILTER_NAMES, _REPEATABLE)
     build_filter = _parse_filter(params, now_us)
     params.raise_if_failed()
     return build_filter
@@ -374,7 +393,7 @@ def _parse_group_by(params: _Params, allowed: tuple[str, ...]) -> GroupBy:
 
 def parse_stats_query(pairs: Pairs, now_us: int) -> StatsQuery:
     """Parameters of GET /builds/stats: the summary filters, `group_by` and `limit` on groups."""
-    params = _Params(pairs, (*_FILTER_PARAMS, "group_by", "limit"), _REPEATABLE)
+    params = _Params(pairs, (*SUMMARY_FILTER_NAMES, "group_by", "limit"), _REPEATABLE)
     build_filter = _parse_filter(params, now_us)
     group_by = _parse_group_by(params, (*TIME_GROUPINGS, *VALUE_GROUPINGS))
     limit = _parse_int(params, "limit", 1, MAX_GROUPS, DEFAULT_GROUPS)
@@ -413,7 +432,7 @@ def parse_breakdown_query(pairs: Pairs, now_us: int) -> BreakdownQuery:
 
 def parse_export_query(pairs: Pairs, now_us: int) -> ExportQuery:
     """Parameters of GET /builds/export: the filters of /builds without `limit`, and `format`."""
-    params = _Params(pairs, (*_FILTER_PARAMS, "derivation_path", "format"), _REPEATABLE)
+    params = _Params(pairs, (*FILTER_NAMES, "format"), _REPEATABLE)
     build_filter = _parse_filter(params, now_us)
     given = params.single("format")
     export_format = "ndjson" if given is None else given

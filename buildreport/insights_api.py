@@ -15,8 +15,8 @@ from buildreport import answers, filters
 from buildreport.api import (
     _DATE,
     _NON_EMPTY,
-    _PATH,
     FromParam,
+    PathParam,
     StatusParam,
     TagsParam,
     ToParam,
@@ -126,9 +126,7 @@ async def export_builds(
     create_time_from: FromParam = None,
     create_time_to: ToParam = None,
     status: StatusParam = None,
-    derivation_path: Annotated[
-        str | None, QueryParameter(description="Exact derivation path.", schema_extra=_PATH)
-    ] = None,
+    derivation_path: PathParam = None,
     format: Annotated[
         str | None,
         QueryParameter(

@@ -50,7 +50,7 @@ DROP TABLE deliveries;
 DROP TABLE hooks;
 DROP TABLE events;
 DROP TABLE event_series;
-DROP TABLE day_summaries;
+DROP TABLE IF EXISTS day_summaries;
 """
 # A database before build_tags carried its builds' figures and days their kept figures (schema version 6).
 WITHOUT_TAG_FIGURES = WITHOUT_DAY_SUMMARIES + """

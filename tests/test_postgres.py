@@ -80,25 +80,6 @@ def test_servers_starting_together_migrate_the_database_once(pg_env):
     assert query(pg_env.db, "SELECT version FROM buildreport_schema") == [(SCHEMA_VERSION,)]
 
 
-def test_a_database_of_version_1_gets_each_days_summary_from_its_kept_figures(pg_env):
-    import psycopg
-
-    pg_env.load([
-        record(1, create_time="2026-10-01T01:00:00Z", duration_seconds=3.5, queue_time_seconds=0.25),
-        record(2, create_time="2026-10-01T02:00:00Z", build_status="build_failed", duration_seconds=1.5),
-        record(3, create_time="2026-10-02T02:00:00Z", build_status="running", duration_seconds=None),
-    ])
-    summaries = "SELECT account_id, day_us, figures FROM day_summaries ORDER BY 1, 2"
-    written = query(pg_env.db, summaries)
-    assert len(written) == 2
-    with psycopg.connect(pg_env.db, autocommit=True) as conn:
-        conn.execute("DROP TABLE day_summaries")
-        conn.execute("UPDATE buildreport_schema SET version = 1")
-    cli("token", "list", "--db", pg_env.db)
-    assert query(pg_env.db, summaries) == written
-    assert query(pg_env.db, "SELECT version FROM buildreport_schema") == [(SCHEMA_VERSION,)]
-
-
 def test_a_database_of_another_application_is_refused(pg_env):
     import psycopg
 

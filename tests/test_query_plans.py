@@ -11,7 +11,6 @@ from buildreport.models import BuildStatus
 from buildreport.store import (
     badges,
     day_figures,
-    day_summaries,
     event_reads,
     hooks,
     prune,
@@ -61,16 +60,14 @@ QUERIES = {
     "summary from tag totals, closed window": queries.summary(
         1, BuildFilter(create_from_us=1, create_to_us=10 * US_PER_DAY, tags=(("project", "web"),)), promoted=True
     ),
-    "tag pair size, open": queries.tag_pair_size(1, "project", "web", FILTERS["one tag"], 500),
-    "tag pair size, closed": queries.tag_pair_size(1, "project", "web", FILTERS["closed window"], 500),
+    "tag pair size, open": tag_totals.tag_pair_size(1, "project", "web", FILTERS["one tag"], 500),
+    "tag pair size, closed": tag_totals.tag_pair_size(1, "project", "web", FILTERS["closed window"], 500),
     "tag pair reached the threshold (writes)": (tag_totals._REACHED, [1, "project", "web", 500]),
     "tag totals of one day and status (writes)": (tag_totals._RECOMPUTE, [1, "project", "web", 0, US_PER_DAY, "built"]),
     "tag totals row (writes)": (tag_totals._ROW, [1, "project", "web", 0, "built"]),
     "tag totals of one pair (writes)": (tag_totals._PAIR_ALL, [1, "project", "web"]),
     "builds of one day (writes)": (day_figures._DAY_BUILDS, [1, 0, US_PER_DAY]),
     "kept figures of one day (writes)": (day_figures._DELETE, [1, 0]),
-    "kept figures of one day, every status (writes)": (day_summaries._DAY_FIGURES, [1, 0]),
-    "summary of one day (writes)": (day_summaries._DELETE, [1, 0]),
     "prune, next builds (writes)": prune.batch_query(1, US_PER_DAY, None, 200),
     "prune, next builds whose logs go (writes)": prune.batch_query(1, US_PER_DAY, (5, 6), 200),
     "prune, what would go": prune.preview_query(1, US_PER_DAY),

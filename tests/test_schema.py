@@ -73,13 +73,6 @@ def _day_figures(db) -> list[tuple]:
     return rows
 
 
-def _day_summaries(db) -> list[tuple]:
-    conn = sqlite3.connect(db)
-    rows = conn.execute("SELECT account_id, day_us, figures FROM day_summaries ORDER BY 1, 2").fetchall()
-    conn.close()
-    return rows
-
-
 def test_migration_gives_tag_rows_and_days_their_figures_as_a_fresh_import_writes_them(tmp_path):
     records = [
         record(1, duration_seconds=0.1 + 0.2, queue_time_seconds=1e-7, cpu_seconds=7, tags={"project": "web"}),
@@ -92,8 +85,6 @@ def test_migration_gives_tag_rows_and_days_their_figures_as_a_fresh_import_write
     conn.close()
     fresh = _tag_figures(tmp_path / "t.db")
     fresh_days = _day_figures(tmp_path / "t.db")
-    fresh_summaries = _day_summaries(tmp_path / "t.db")
-    assert len(fresh_summaries) == 1
     assert len(fresh_days) == 3  # one day, three statuses
     assert [row[0] for row in fresh] == [1, 2, 2, 3]
     assert all(row[2:6] == row[6:] for row in fresh)
@@ -108,7 +99,6 @@ def test_migration_gives_tag_rows_and_days_their_figures_as_a_fresh_import_write
     open_database(tmp_path / "t.db").close()
     assert _tag_figures(tmp_path / "t.db") == fresh
     assert _day_figures(tmp_path / "t.db") == fresh_days
-    assert _day_summaries(tmp_path / "t.db") == fresh_summaries
 
 
 def test_migration_adds_status_to_stored_builds_exactly_as_a_fresh_import_writes_them(tmp_path):

@@ -66,11 +66,17 @@ def check_kept(conn: sqlite3.Connection, promote_at: int) -> None:
     assert reached <= promoted
 
 
+def order_tags(lookup, account_id: int, build_filter: BuildFilter) -> tuple[BuildFilter, bool]:
+    """The filter ranked as the reader ranks it, with the pairs' sizes read through `lookup`."""
+    sizes = [lookup(query)[0][0] for query in tag_totals.pair_size_queries(account_id, build_filter)]
+    return tag_totals.ranked(build_filter, sizes)
+
+
 def summary_equals_raw(conn: sqlite3.Connection, account_id: int, build_filter: BuildFilter) -> None:
     def lookup(query: queries.Query) -> list[tuple]:
         return conn.execute(*query).fetchall()
 
-    ordered, promoted = tag_totals.order_tags(lookup, account_id, build_filter)
+    ordered, promoted = order_tags(lookup, account_id, build_filter)
     assert sorted(ordered.tags) == sorted(build_filter.tags)
     sql, params = queries.summary(account_id, ordered, promoted)
     combined = merge_summary_rows(conn.execute(sql, params).fetchall())
@@ -213,7 +219,7 @@ def test_tag_order_puts_the_rarest_pair_first(tmp_path, tags, first):
         conn = open_database(tmp_path / "t.db")
         import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
         build_filter = BuildFilter(create_from_us=0, tags=tags)
-        ordered, promoted = tag_totals.order_tags(lambda q: conn.execute(*q).fetchall(), 1, build_filter)
+        ordered, promoted = order_tags(lambda q: conn.execute(*q).fetchall(), 1, build_filter)
         assert ordered.tags[0] == first
         assert promoted == (len(tags) == 1)
         conn.close()

@@ -15,15 +15,14 @@ import msgspec
 from buildreport.filters import MAX_TIME_GROUPS, GroupBy, StatsQuery
 from buildreport.insights.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
 from buildreport.models import BuildStatsGroup, Percentiles, UsageBreakdownGroup
-from buildreport.store import day_figures, day_summaries
+from buildreport.store import day_figures
 from buildreport.storepath import derivation_name
 from buildreport.times import US_PER_DAY, format_us, from_us
 
 US_PER_HOUR = US_PER_DAY // 24
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
-# A group's durations or queue times: stored days come as arrays of doubles, builds read one by one as lists,
-# and a day's kept summary as its percentiles, already ranked.
-Values = array | list[float] | Percentiles
+# A group's durations or queue times: stored days come as arrays of doubles, builds read one by one as lists.
+Values = array | list[float]
 _TAGS = msgspec.json.Decoder(dict[str, str])
 
 
@@ -37,9 +36,7 @@ def ascending(values: Values) -> list[float]:
 
 
 def percentiles(values: Values) -> Percentiles | None:
-    """The percentiles of a group's values (see `ascending`), or those a kept day summary ranked."""
-    if isinstance(values, Percentiles):
-        return values
+    """The percentiles of a group's values (see `ascending`)."""
     ordered = ascending(values)
     if not ordered:
         return None
@@ -103,8 +100,6 @@ class _Group:
 
     def p95_duration(self) -> float | None:
         """The nearest-rank p95 of the durations, for ranking groups; sorts them in place (result reuses that)."""
-        if isinstance(self.durations, Percentiles):
-            return self.durations.p95
         self.durations = ascending(self.durations)
         return nearest_rank(self.durations, 95) if self.durations else None
 
@@ -129,14 +124,7 @@ def _joined(values: Values, more: Values) -> Values:
     """`values` with `more` after them. A group keeps the kind of its first values: arrays of doubles from
     stored days (8 bytes a value where a float takes 32), lists of floats from builds read one by one (turning
     those into doubles and back took a tenth of a statistics answer by tag). `more` is copied, not taken: decoded
-    rows are grouped more than once. A day summary's percentiles stand for the whole of a group's values: they
-    join only a group of nothing else, which a grouping by day of whole days is."""
-    if isinstance(values, Percentiles) or isinstance(more, Percentiles):
-        if not isinstance(more, Percentiles) and not more:
-            return values
-        if not isinstance(values, Percentiles) and not values:
-            return more
-        raise ValueError("a day summary's percentiles cannot be joined with other values")
+    rows are grouped more than once."""
     if not values:
         return more[:]
     values.extend(more)
@@ -148,20 +136,12 @@ _Figures = tuple[tuple[int, int, int, int], int, int, Values, Values]
 _NO_BUILDS = (0, 0, 0, 0)
 
 
-def _ranked(ranked: tuple[float, ...] | None) -> Percentiles | list[float]:
-    return [] if ranked is None else Percentiles(*ranked)
-
-
 def _figures(status: str | None, text: str | bytes | None) -> _Figures:
     """The figures of a row of stats_rows: of builds of one status, or of every kind. The numbers are decoded
     from the JSON text of the values as stored, so they are exactly the values a client reads; a day's kept
-    figures come as their binary value (store/day_figures.py, or without a status store/day_summaries.py),
-    or null when the day has no such builds."""
+    figures come as their binary value (store/day_figures.py), or null when the day has no such builds."""
     if text is None:
         return _NO_BUILDS, 0, 0, [], []
-    if isinstance(text, bytes | memoryview) and status is None:
-        day = day_summaries.unpack(bytes(text))
-        return day.counts, day.cpu_seconds, day.billable_cpu_seconds, _ranked(day.durations), _ranked(day.queue_times)
     if isinstance(text, bytes | memoryview):
         builds, cpu, durations, queues = day_figures.unpack(bytes(text))
     elif status is None:

@@ -6,54 +6,16 @@ import msgspec
 
 from buildreport.filters import BuildFilter, ListQuery, UsageQuery
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
+from buildreport.store import filter_sql
 from buildreport.store.dialect import SQLITE, Dialect
+from buildreport.store.filter_sql import Query, in_list
 
-Query = tuple[str, list[object]]
-US_PER_HOUR = 3_600_000_000
-US_PER_DAY = 24 * US_PER_HOUR
-
-
-def in_list(statuses: frozenset[BuildStatus]) -> str:
-    # Fixed status names from the code, never request text.
-    return "(" + ",".join(f"'{s.value}'" for s in sorted(statuses, key=lambda s: s.value)) + ")"
-
-
-def _filter_sql(account_id: int, build_filter: BuildFilter, alias: str) -> tuple[str, str, list[object]]:
-    """FROM and WHERE clauses for a filter; a tag filter is driven by the tag index."""
-    params: list[object] = []
-    where: list[str] = []
-    time_col = f"{alias}.create_us"
-    if build_filter.tags:
-        key, value = build_filter.tags[0]
-        source = f"build_tags t CROSS JOIN builds {alias}"
-        where += [f"{alias}.build_id = t.build_id", "t.account_id = ?", "t.key = ?", "t.value = ?"]
-        params += [account_id, key, value]
-        time_col = "t.create_us"
-        for key, value in build_filter.tags[1:]:
-            # Each other pair is one lookup of the tag index by its whole key. A count, not EXISTS: PostgreSQL
-            # turns EXISTS into a join that may look a pair up by build id alone, reading every entry of the
-            # pair (600 ms instead of 0.6 ms for three pairs over a million builds).
-            where.append(
-                "(SELECT count(*) FROM build_tags o WHERE o.account_id = t.account_id AND o.key = ? AND o.value = ?"
-                " AND o.create_us = t.create_us AND o.build_id = t.build_id) > 0"
-            )
-            params += [key, value]
-    else:
-        source = f"builds {alias}"
-        where.append(f"{alias}.account_id = ?")
-        params.append(account_id)
-    if build_filter.derivation_path is not None:
-        where.append(f"{alias}.derivation_path = ?")
-        params.append(build_filter.derivation_path)
-    where.append(f"{time_col} >= ?")
-    params.append(build_filter.create_from_us)
-    if build_filter.create_to_us is not None:
-        where.append(f"{time_col} < ?")
-        params.append(build_filter.create_to_us)
-    if build_filter.statuses:
-        where.append(f"{alias}.status IN ({','.join('?' * len(build_filter.statuses))})")
-        params += [s.value for s in build_filter.statuses]
-    return source, " AND ".join(where), params
+# The periods are also read from here by other store modules.
+from buildreport.store.kept import US_PER_DAY as US_PER_DAY
+from buildreport.store.kept import US_PER_HOUR as US_PER_HOUR
+from buildreport.store.kept import KeptTable, answers, whole_periods
+from buildreport.store.tag_totals import TAG_DAILY_TOTALS
+from buildreport.store.totals import DAILY_TOTALS, HOURLY_TOTALS
 
 
 def list_builds(account_id: int, query: ListQuery, dialect: Dialect = SQLITE) -> Query:
@@ -64,28 +26,32 @@ def list_builds(account_id: int, query: ListQuery, dialect: Dialect = SQLITE) ->
     The subquery's LIMIT keeps its order for the aggregate (SQLite does not flatten a limited subquery
     into an aggregate). Beside the JSON comes, in the same order, each build's stored digest (for the ETag).
     """
-    source, where, params, order = _ordered(account_id, query)
-    keys = "t.create_us AS k1, t.build_id AS k2" if query.filter.tags else "b.create_us AS k1, b.build_id AS k2"
-    page = f"SELECT b.body, b.body_hash, {keys} FROM {source} WHERE {where} ORDER BY {order} LIMIT ?"
+    source, where, params, keys = ordered(account_id, query)
+    columns = f"{keys[0]} AS k1, {keys[1]} AS k2"
+    page = f"SELECT b.body, b.body_hash, {columns} FROM {source} WHERE {where} ORDER BY {_order(keys)} LIMIT ?"
     sql = f"SELECT count(*), {dialect.body_array}, {dialect.hash_list} FROM ({page}) AS page"
     return sql, [*params, query.limit]
 
 
 def page_end(account_id: int, query: ListQuery) -> Query:
     """The position of a full page's last build and, when more match, of the next one: two rows at most."""
-    source, where, params, order = _ordered(account_id, query)
-    keys = "t.create_us, t.build_id" if query.filter.tags else "b.create_us, b.build_id"
-    sql = f"SELECT {keys} FROM {source} WHERE {where} ORDER BY {order} LIMIT 2 OFFSET ?"
+    source, where, params, keys = ordered(account_id, query)
+    sql = f"SELECT {', '.join(keys)} FROM {source} WHERE {where} ORDER BY {_order(keys)} LIMIT 2 OFFSET ?"
     return sql, [*params, query.limit - 1]
 
 
-def _ordered(account_id: int, query: ListQuery) -> tuple[str, str, list[object], str]:
-    source, where, params = _filter_sql(account_id, query.filter, "b")
-    first, second = ("t.create_us", "t.build_id") if query.filter.tags else ("b.create_us", "b.build_id")
+def ordered(account_id: int, query: ListQuery) -> tuple[str, str, list[object], tuple[str, str]]:
+    """FROM, WHERE and parameters of the builds after the query's cursor, and the (create time, build id)
+    columns of the list order (newest first: see `_order`)."""
+    source, where, params, keys = filter_sql.where(account_id, query.filter, "b")
     if query.cursor is not None:
-        where += f" AND ({first}, {second}) < (?, ?)"
+        where += f" AND ({keys[0]}, {keys[1]}) < (?, ?)"
         params += [query.cursor.create_us, query.cursor.build_id]
-    return source, where, params, f"{first} DESC, {second} DESC"
+    return source, where, params, keys
+
+
+def _order(keys: tuple[str, str]) -> str:
+    return f"{keys[0]} DESC, {keys[1]} DESC"
 
 
 def _summary_columns(alias: str, weight: str, first_start: str, last_stop: str) -> str:
@@ -114,16 +80,15 @@ TOTALS_COLUMNS = _summary_columns("h", "h.builds", "first_start_us", "last_stop_
 
 
 def _raw_summary(account_id: int, build_filter: BuildFilter) -> Query:
-    source, where, params = _filter_sql(account_id, build_filter, "b")
+    source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     return f"SELECT {SUMMARY_COLUMNS} FROM {source} WHERE {where}", params
 
 
-def _totals_summary(
-    account_id: int, build_filter: BuildFilter, table: str, low: int, high: int | None, tag: bool = False
-) -> Query:
-    sql = f"SELECT {TOTALS_COLUMNS} FROM {table} h WHERE h.account_id = ?"
+def _totals_summary(account_id: int, build_filter: BuildFilter, table: KeptTable, low: int, high: int | None) -> Query:
+    """The part `[low, high)` (whole periods of the table) of a summary, from the table's rows."""
+    sql = f"SELECT {TOTALS_COLUMNS} FROM {table.name} h WHERE h.account_id = ?"
     params: list[object] = [account_id]
-    if tag:
+    if table.tag_pairs:
         sql += " AND h.key = ? AND h.value = ?"
         params += list(build_filter.tags[0])
     sql += " AND h.period_us >= ?"
@@ -137,73 +102,56 @@ def _totals_summary(
     return sql, params
 
 
-def _ceil(us: int, period: int) -> int:
-    return -(-us // period) * period
-
-
 def _between(build_filter: BuildFilter, low: int, high: int | None) -> BuildFilter:
     return msgspec.structs.replace(build_filter, create_from_us=low, create_to_us=high)
 
 
-def summary(account_id: int, build_filter: BuildFilter, promoted: bool = False) -> Query:
-    """One row per part: whole days and hours come from the totals, the window's ragged edges from the builds.
-
-    A window `[low, high)` splits into raw builds up to the first whole hour, hourly totals up to the first
-    whole day, daily totals to the last whole day, and back through hours to raw builds at the end.
-    With one tag pair whose totals are kept (`promoted`, see tag_totals), whole days come from its daily
-    totals and the rest of the window from its builds. Other tag filters read the builds of their first pair
-    (the rarest: see tag_order) and check the others.
-    """
-    low, high = build_filter.create_from_us, build_filter.create_to_us
-    if build_filter.derivation_path is not None or (build_filter.tags and not promoted):
-        return _raw_summary(account_id, build_filter)
-    if build_filter.tags:
-        if len(build_filter.tags) != 1:
-            raise ValueError("tag totals answer a filter of one tag pair")
-        first_day = _ceil(low, US_PER_DAY)
-        end_day = None if high is None else high // US_PER_DAY * US_PER_DAY
-        if end_day is not None and end_day <= first_day:
-            return _raw_summary(account_id, build_filter)
-        parts = [
-            _raw_summary(account_id, _between(build_filter, low, first_day)),
-            _totals_summary(account_id, build_filter, "tag_daily_totals", first_day, end_day, tag=True),
-        ]
-        if end_day is not None:
-            parts.append(_raw_summary(account_id, _between(build_filter, end_day, high)))
-        return " UNION ALL ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]
-    first_hour, first_day = _ceil(low, US_PER_HOUR), _ceil(low, US_PER_DAY)
-    end_hour = None if high is None else high // US_PER_HOUR * US_PER_HOUR
-    end_day = None if high is None else high // US_PER_DAY * US_PER_DAY
-    if end_hour is not None and end_hour <= first_hour:
-        return _raw_summary(account_id, build_filter)
-    parts = [_raw_summary(account_id, msgspec.structs.replace(build_filter, create_to_us=first_hour))]
-    if end_day is None or first_day < end_day:
-        parts += [
-            _totals_summary(account_id, build_filter, "hourly_totals", first_hour, first_day),
-            _totals_summary(account_id, build_filter, "daily_totals", first_day, end_day),
-        ]
-        if end_day is not None:
-            parts.append(_totals_summary(account_id, build_filter, "hourly_totals", end_day, end_hour))
-    else:
-        parts.append(_totals_summary(account_id, build_filter, "hourly_totals", first_hour, end_hour))
-    if end_hour is not None:
-        parts.append(_raw_summary(account_id, msgspec.structs.replace(build_filter, create_from_us=end_hour)))
+def _joined(parts: list[Query]) -> Query:
     return " UNION ALL ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]
 
 
-def tag_pair_size(account_id: int, key: str, value: str, build_filter: BuildFilter, cap: int) -> Query:
-    """-1 for a pair whose totals are kept (it matches many builds); otherwise how many of its builds lie in
-    the filter's window, counted up to `cap` (a pair without totals has fewer builds than that in all)."""
-    window = "create_us >= ?" + (" AND create_us < ?" if build_filter.create_to_us is not None else "")
-    params: list[object] = [account_id, key, value, account_id, key, value, build_filter.create_from_us]
-    if build_filter.create_to_us is not None:
-        params.append(build_filter.create_to_us)
-    sql = (
-        "SELECT CASE WHEN EXISTS (SELECT 1 FROM tag_pairs WHERE account_id = ? AND key = ? AND value = ?) THEN -1"
-        " ELSE (SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE account_id = ? AND key = ? AND value = ?"
-        f" AND {window} LIMIT ?) AS reached) END"
-    )
-    return sql, [*params, cap]
+def summary(account_id: int, build_filter: BuildFilter, promoted: bool = False) -> Query:
+    """One row per part: whole periods come from kept totals where they may answer the filter (kept.answers),
+    the window's ragged edges and everything else from the builds.
+
+    With one tag pair whose totals are kept (`promoted`, see tag_totals), whole days come from its daily totals
+    and the rest of the window from its builds. Otherwise a window `[low, high)` splits into raw builds up to
+    the first whole hour, hourly totals up to the first whole day, daily totals to the last whole day, and back
+    through hours to raw builds at the end. Other tag filters read the builds of their first pair (the rarest:
+    see tag_totals.ranked) and check the others.
+    """
+    low, high = build_filter.create_from_us, build_filter.create_to_us
+    if promoted and answers(TAG_DAILY_TOTALS, build_filter):
+        days = whole_periods(TAG_DAILY_TOTALS, low, high)
+        if days is None:
+            return _raw_summary(account_id, build_filter)
+        first_day, end_day = days
+        parts = [
+            _raw_summary(account_id, _between(build_filter, low, first_day)),
+            _totals_summary(account_id, build_filter, TAG_DAILY_TOTALS, first_day, end_day),
+        ]
+        if end_day is not None:
+            parts.append(_raw_summary(account_id, _between(build_filter, end_day, high)))
+        return _joined(parts)
+    hours = whole_periods(HOURLY_TOTALS, low, high)
+    if hours is None or not (answers(HOURLY_TOTALS, build_filter) and answers(DAILY_TOTALS, build_filter)):
+        return _raw_summary(account_id, build_filter)
+    first_hour, end_hour = hours
+    parts = [_raw_summary(account_id, _between(build_filter, low, first_hour))]
+    days = whole_periods(DAILY_TOTALS, low, high)
+    if days is not None:
+        first_day, end_day = days
+        parts += [
+            _totals_summary(account_id, build_filter, HOURLY_TOTALS, first_hour, first_day),
+            _totals_summary(account_id, build_filter, DAILY_TOTALS, first_day, end_day),
+        ]
+        if end_day is not None:
+            parts.append(_totals_summary(account_id, build_filter, HOURLY_TOTALS, end_day, end_hour))
+    else:
+        parts.append(_totals_summary(account_id, build_filter, HOURLY_TOTALS, first_hour, end_hour))
+    if end_hour is not None:
+        parts.append(_raw_summary(account_id, _between(build_filter, end_hour, high)))
+    return _joined(parts)
 
 
 def usage_days(account_id: int, query: UsageQuery) -> Query:

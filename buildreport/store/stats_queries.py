@@ -9,15 +9,14 @@ costs more than everything else together). Each group is read on its own, as ran
 every figure it needs:
 
 - time groups (no tag filter): one range of `builds_for_stats` per period and status; a whole day of a
-  grouping by day, its row of `day_summaries` (without a status filter; see day_summaries.py) or of
-  `day_figures` per status (see day_figures.py), both kept by the writer;
+  grouping by day, its rows of `day_figures` per status (see day_figures.py), kept by the writer;
 - tag groups: the tag's values, found one by one in the tag index, then each value's tag rows in the window
   (each tag row holds its build's status, CPU seconds, duration and queue time);
 - derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
 - anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
 
 Each row is `(value, status, figures)`. `figures` is a JSON array (or the binary value of a row of
-`day_figures`, or with status null of `day_summaries`; null for a day without such builds): with a status,
+`day_figures`; null for a day without such builds): with a status,
 `[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
 `[builds, successful, discarded, unfinished, cpu seconds, unbilled cpu seconds, [durations], [queue times]]`.
 
@@ -33,9 +32,13 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery
+from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery, set_fields
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
-from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sql, _ordered, in_list, usage_days
+from buildreport.store import filter_sql
+from buildreport.store.day_figures import DAY_FIGURES
+from buildreport.store.filter_sql import Query, in_list
+from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable, answers
+from buildreport.store.queries import ordered, usage_days
 from buildreport.times import now_us
 
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
@@ -76,38 +79,6 @@ def _by_kind(alias: str, queues: bool) -> str:
     )
 
 
-def _window(column: str, build_filter: BuildFilter) -> tuple[str, list[object]]:
-    sql, params = f" AND {column} >= ?", [build_filter.create_from_us]
-    if build_filter.create_to_us is not None:
-        sql += f" AND {column} < ?"
-        params.append(build_filter.create_to_us)
-    return sql, params
-
-
-def _statuses(alias: str, build_filter: BuildFilter) -> tuple[str, list[object]]:
-    if not build_filter.statuses:
-        return "", []
-    return f" AND {alias}.status IN ({','.join('?' * len(build_filter.statuses))})", [
-        s.value for s in build_filter.statuses
-    ]
-
-
-def _conditions(account_id: int, build_filter: BuildFilter) -> tuple[str, list[object]]:
-    """The filter's statuses, derivation path and tag pairs on the build `b`; each tag pair is checked by its
-    full key in the tag index."""
-    sql, params = _statuses("b", build_filter)
-    if build_filter.derivation_path is not None:
-        sql += " AND b.derivation_path = ?"
-        params.append(build_filter.derivation_path)
-    for key, value in build_filter.tags:
-        sql += (
-            " AND EXISTS (SELECT 1 FROM build_tags o WHERE o.account_id = ? AND o.key = ? AND o.value = ?"
-            " AND o.create_us = b.create_us AND o.build_id = b.build_id)"
-        )
-        params += [account_id, key, value]
-    return sql, params
-
-
 def _newest(select: str, where: str, order: str, failed: bool) -> str:
     """The newest build of a group (or its newest failed one) as `create_us build_id status`, zero-padded."""
     extra = f" AND b.status IN {in_list(FAILED)}" if failed else ""
@@ -117,8 +88,22 @@ def _newest(select: str, where: str, order: str, failed: bool) -> str:
     )
 
 
+# The filter fields a tag row answers for itself: it holds its build's creation time and status, and the build's
+# other tags are found by its key.
+_TAG_ROW_FIELDS = WINDOW | {"status", "tags"}
+# What a walk of `builds_for_stats` by period and status can filter on; other filters are grouped in one pass.
+_BY_PERIOD_FIELDS = WINDOW | {"status"}
+# Kept figures whose rows a grouping by their period takes whole periods from, the first that answers.
+PERIOD_TABLES = (DAY_FIGURES,)
+
+
+def _kept_table(build_filter: BuildFilter, period: int) -> KeptTable | None:
+    return next((t for t in PERIOD_TABLES if t.period_us == period and answers(t, build_filter)), None)
+
+
 def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues: bool) -> Query:
-    """Figures per period and status, each period of the window read from `builds_for_stats` by status."""
+    """Figures per period and status, each period of the window read from `builds_for_stats` by status, or
+    whole periods from kept figures that answer the filter (`_kept_table`)."""
     low = build_filter.create_from_us
     # Up to the window's end, or now: never to the newest build, which may be dated thousands of years ahead.
     end = build_filter.create_to_us if build_filter.create_to_us is not None else max(now_us(), low)
@@ -138,18 +123,8 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         f"(SELECT {_by_status('b', queues)} FROM builds b WHERE b.account_id = ? AND b.status = statuses.status"
         " AND b.create_us >= periods.low AND b.create_us < periods.high)"
     )
-    if period == US_PER_DAY and not build_filter.statuses:
-        whole_day = f"periods.low % {US_PER_DAY} = 0 AND periods.high = periods.low + {US_PER_DAY}"
-        # Whole days of the window: each its one kept summary, of every status (status NULL); the edges by status.
-        sql += (
-            f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
-            f" WHERE NOT ({whole_day})"
-            " UNION ALL SELECT periods.low, NULL, (SELECT s.figures FROM day_summaries s"
-            f" WHERE s.account_id = ? AND s.day_us = periods.low) FROM periods WHERE {whole_day}"
-        )
-        return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id,
-                     account_id]
-    if period == US_PER_DAY:  # whole days of the window: their kept figures per status
+    kept = _kept_table(build_filter, period)
+    if kept is DAY_FIGURES:  # whole days of the window: their kept figures per status
         figures = (
             "CASE WHEN periods.low % ? = 0 AND periods.high = periods.low + ? THEN (SELECT f.figures FROM day_figures f"
             " WHERE f.account_id = ? AND f.day_us = periods.low AND f.status = statuses.status)"
@@ -183,9 +158,9 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
     """Figures per value of the tag `key`: its values found one by one in the tag index, each value's builds in
     the window one range of the tag table, whose rows hold their build's figures (so it is named `b` here).
 
-    Only a derivation path filter needs the build itself, through `builds_by_time`: there `+` keeps SQLite from
-    reaching the build by its rowid (a read of the whole row, JSON included) or from turning the tag row's time
-    into a range of builds."""
+    Only a filter on a field tag rows do not carry (`_TAG_ROW_FIELDS`), such as a derivation path, needs the
+    build itself, through `builds_by_time`: there `+` keeps SQLite from reaching the build by its rowid (a read
+    of the whole row, JSON included) or from turning the tag row's time into a range of builds."""
     values = (
         "SELECT min(value) FROM build_tags WHERE account_id = ? AND key = ?"
         " UNION ALL"
@@ -193,7 +168,7 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
         " WHERE t.account_id = ? AND t.key = ? AND t.value > tag_values.value)"
         " FROM tag_values WHERE tag_values.value IS NOT NULL"
     )
-    if build_filter.derivation_path is None:
+    if set_fields(build_filter) <= _TAG_ROW_FIELDS:
         tag, select = "b", "FROM build_tags b"
     else:
         tag = "g"
@@ -201,10 +176,9 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
             "FROM build_tags g JOIN builds b ON b.account_id = g.account_id AND b.create_us = +g.create_us"
             " AND +b.build_id = g.build_id"
         )
-    window, window_params = _window(f"{tag}.create_us", build_filter)
-    conditions, condition_params = _conditions(account_id, build_filter)
-    where = f"{tag}.account_id = ? AND {tag}.key = ? AND {tag}.value = {{value}}{window}{conditions}"
-    where_params = [account_id, key, *window_params, *condition_params]
+    conditions, condition_params = filter_sql.conditions(account_id, build_filter, "b", f"{tag}.create_us")
+    where = f"{tag}.account_id = ? AND {tag}.key = ? AND {tag}.value = {{value}}{conditions}"
+    where_params = [account_id, key, *condition_params]
     return _value_groups("tag_values", values, [account_id, key, account_id, key], select, where, where_params, queues)
 
 
@@ -213,8 +187,7 @@ def _derivation_groups(account_id: int, build_filter: BuildFilter, queues: bool,
     """Figures per derivation path, of the paths from `low` (inclusive) to `high` (exclusive) when given: the
     paths found one by one in `builds_by_derivation`, each path's builds in the window read from the same
     index, which holds their figures."""
-    window, window_params = _window("b.create_us", build_filter)
-    conditions, condition_params = _conditions(account_id, build_filter)
+    conditions, condition_params = filter_sql.conditions(account_id, build_filter)
     # The first path is sought within both bounds; each next one, being greater, only below `high`.
     bounds = [(op, bound) for op, bound in ((">=", low), ("<", high)) if bound is not None]
     first, first_params = "".join(f" AND derivation_path {op} ?" for op, _ in bounds), [b for _, b in bounds]
@@ -226,9 +199,9 @@ def _derivation_groups(account_id: int, build_filter: BuildFilter, queues: bool,
         f" WHERE d.account_id = ? AND d.derivation_path > paths.value{below})"
         " FROM paths WHERE paths.value IS NOT NULL"
     )
-    where = f"b.account_id = ? AND b.derivation_path = {{value}}{window}{conditions}"
+    where = f"b.account_id = ? AND b.derivation_path = {{value}}{conditions}"
     return _value_groups("paths", values, [account_id, *first_params, account_id, *below_params], "FROM builds b",
-                         where, [account_id, *window_params, *condition_params], queues)
+                         where, [account_id, *condition_params], queues)
 
 
 # The value each grouping of the one-pass query groups by; time groupings, the start of its period.
@@ -241,7 +214,7 @@ _GROUP_COLUMNS = {
 
 
 def _grouped_in_one_pass(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queues: bool) -> Query:
-    source, where, params = _filter_sql(account_id, build_filter, "b")
+    source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     sql = (
         f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, {_by_status('b', queues)}"
         f" FROM {source} WHERE {where} GROUP BY g, b.status"
@@ -252,7 +225,7 @@ def _grouped_in_one_pass(account_id: int, build_filter: BuildFilter, group_by: G
 def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queue_times: bool = True) -> Query:
     """The figures of each group of the matching builds (see the module's docstring for the rows); without
     `queue_times` their arrays are left empty."""
-    if group_by.kind in _PERIODS and not build_filter.tags and build_filter.derivation_path is None:
+    if group_by.kind in _PERIODS and set_fields(build_filter) <= _BY_PERIOD_FIELDS:
         return _time_groups(account_id, build_filter, _PERIODS[group_by.kind], queue_times)
     if group_by.kind == "tag" and group_by.tag_key is not None:
         return _tag_groups(account_id, build_filter, group_by.tag_key, queue_times)
@@ -295,15 +268,14 @@ def stats_parts(
 def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
     """`(path, newest)` of each derivation path given: its newest matching build (or newest failed one), a step
     back from the end of the path's range of `builds_by_derivation`; null when it has none."""
-    window, window_params = _window("b.create_us", build_filter)
-    conditions, condition_params = _conditions(account_id, build_filter)
-    where = f"b.account_id = ? AND b.derivation_path = p.value{window}{conditions}"
+    conditions, condition_params = filter_sql.conditions(account_id, build_filter)
+    where = f"b.account_id = ? AND b.derivation_path = p.value{conditions}"
     newest = _newest("FROM builds b", where, "b.create_us DESC, b.build_id DESC", failed)
     sql = f"WITH p(value) AS (VALUES {','.join(['(?)'] * len(paths))}) SELECT p.value, {newest} FROM p"
-    return sql, [*paths, account_id, *window_params, *condition_params]
+    return sql, [*paths, account_id, *condition_params]
 
 
-def _stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:
+def stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:
     where = f"b.account_id = ? AND b.stop_us IS NOT NULL AND b.stop_us >= ? AND b.status IN {in_list(BILLABLE)}"
     params: list[object] = [query.from_us]
     if query.to_us is not None:
@@ -322,30 +294,30 @@ def usage_by_day(account_id: int, query: UsageQuery) -> Query:
 
 def usage_by_system(account_id: int, query: UsageQuery) -> Query:
     """(system, CPU seconds, builds) of the billable builds that stopped in range."""
-    where, params = _stopped_billable(query)
+    where, params = stopped_billable(query)
     sql = f"SELECT b.body ->> '$.system', sum(b.cpu_seconds), count(*) FROM builds b WHERE {where} GROUP BY 1"
     return sql, [account_id, *params]
 
 
 def usage_tags(account_id: int, query: UsageQuery) -> Query:
     """(tags as JSON, CPU seconds) of each billable build that stopped in range."""
-    where, params = _stopped_billable(query)
+    where, params = stopped_billable(query)
     return f"SELECT b.body -> '$.tags', b.cpu_seconds FROM builds b WHERE {where}", [account_id, *params]
 
 
 def export_keys(account_id: int, build_filter: BuildFilter, cursor: Cursor | None, size: int) -> Query:
     """The next `size` builds in list order after `cursor`: (create time, build id) each, from the index."""
-    source, where, params, order = _ordered(account_id, ListQuery(filter=build_filter, cursor=cursor))
-    keys = "t.create_us, t.build_id" if build_filter.tags else "b.create_us, b.build_id"
-    return f"SELECT {keys} FROM {source} WHERE {where} ORDER BY {order} LIMIT ?", [*params, size]
+    source, where, params, keys = ordered(account_id, ListQuery(filter=build_filter, cursor=cursor))
+    order = f"{keys[0]} DESC, {keys[1]} DESC"
+    return f"SELECT {', '.join(keys)} FROM {source} WHERE {where} ORDER BY {order} LIMIT ?", [*params, size]
 
 
 def bodies_by_id(build_ids: Sequence[int]) -> Query:
     """(build id, stored JSON) of builds by id, in id order: the command line's export reads a page with this.
 
     An export takes a page's ids from the index newest first, then reads their JSON oldest first: the builds
-    table is laid out by id, ids grow with time, and the file read forwards is read ahead by the kernel. Read
-    newest first, page by page, a file no longer cached gave 38,000 builds/s; this way, 137,000."""
+    table is laid out by id, ids grow with time, and the file read forwards is read ahead by the kernel
+    (measured in bench/notes.md)."""
     marks = ",".join("?" * len(build_ids))
     return f"SELECT build_id, body FROM builds WHERE build_id IN ({marks}) ORDER BY build_id", list(build_ids)
 
@@ -356,9 +328,8 @@ def body_parts(build_ids: Sequence[int]) -> list[Query]:
     Each answers one row: its build ids as a JSON array and their JSON joined by newlines, both in id
     order (the subquery's LIMIT keeps the order for the aggregates). One row instead of one a build: rows
     handed over one at a time contend with the request's thread for the interpreter lock at each step.
-    A page's JSON lines are read forwards, as `bodies_by_id` says; two halves at once keep the disk busier.
-    Over HTTP, 700,000 builds: from 7.5-7.9 s to 5.5-6.0 s with the file's pages not cached, from 4.6-4.8
-    s to 3.4 s with them cached."""
+    A page's JSON lines are read forwards, as `bodies_by_id` says; two halves at once keep the disk busier
+    (measured in bench/notes.md)."""
     ids = sorted(build_ids)
     middle = len(ids) // 2
     return [_joined_bodies(half) for half in (ids[:middle], ids[middle:]) if half]

@@ -14,15 +14,16 @@ a write touching more pairs than TRACK_LIMIT (a large import) recomputes them al
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 
 import msgspec
 
 from buildreport.filters import BuildFilter
-from buildreport.store import queries
-from buildreport.store.queries import US_PER_DAY
+from buildreport.store.filter_sql import Query
+from buildreport.store.kept import US_PER_DAY, WINDOW, KeptTable
 from buildreport.store.totals import HourDelta
 
+# What its totals may answer (kept.answers): builds of one promoted tag pair created in whole days, per status.
+TAG_DAILY_TOTALS = KeptTable("tag_daily_totals", WINDOW | {"status", "tags"}, US_PER_DAY, tag_pairs=1).check()
 # A pair with this many builds in an account gets daily totals.
 PROMOTE_AT = 500
 # Past this many touched pairs, one write tracks no more and recomputes every pair in one pass at the end.
@@ -188,12 +189,25 @@ class TagTouches:
             apply_touched(conn, self.touched)
 
 
-def pair_size_queries(account_id: int, build_filter: BuildFilter) -> list[queries.Query]:
+def tag_pair_size(account_id: int, key: str, value: str, build_filter: BuildFilter, cap: int) -> Query:
+    """-1 for a pair whose totals are kept (it matches many builds); otherwise how many of its builds lie in
+    the filter's window, counted up to `cap` (a pair without totals has fewer builds than that in all)."""
+    window = "create_us >= ?" + (" AND create_us < ?" if build_filter.create_to_us is not None else "")
+    params: list[object] = [account_id, key, value, account_id, key, value, build_filter.create_from_us]
+    if build_filter.create_to_us is not None:
+        params.append(build_filter.create_to_us)
+    sql = (
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM tag_pairs WHERE account_id = ? AND key = ? AND value = ?) THEN -1"
+        " ELSE (SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE account_id = ? AND key = ? AND value = ?"
+        f" AND {window} LIMIT ?) AS reached) END"
+    )
+    return sql, [*params, cap]
+
+
+def pair_size_queries(account_id: int, build_filter: BuildFilter) -> list[Query]:
     """For each tag pair of the filter, a query that yields -1 when its totals are kept, else its builds in the
     window counted up to PROMOTE_AT: pairs without totals have fewer builds than that, so it reads few entries."""
-    return [
-        queries.tag_pair_size(account_id, key, value, build_filter, PROMOTE_AT) for key, value in build_filter.tags
-    ]
+    return [tag_pair_size(account_id, key, value, build_filter, PROMOTE_AT) for key, value in build_filter.tags]
 
 
 def ranked(build_filter: BuildFilter, sizes: list[int]) -> tuple[BuildFilter, bool]:
@@ -203,11 +217,3 @@ def ranked(build_filter: BuildFilter, sizes: list[int]) -> tuple[BuildFilter, bo
     tags = tuple(build_filter.tags[index] for _, _, index in order)
     promoted = len(tags) == 1 and order[0][0]
     return msgspec.structs.replace(build_filter, tags=tags), promoted
-
-
-def order_tags(
-    lookup: Callable[[queries.Query], list[tuple]], account_id: int, build_filter: BuildFilter
-) -> tuple[BuildFilter, bool]:
-    """`ranked` with the sizes read through a synchronous lookup."""
-    sizes = [lookup(query)[0][0] for query in pair_size_queries(account_id, build_filter)]
-    return ranked(build_filter, sizes)

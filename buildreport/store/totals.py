@@ -6,13 +6,20 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 
 from buildreport.models import BILLABLE
-from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, in_list
+from buildreport.store.filter_sql import in_list
+from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable
 
 # Past this many touched periods of one account, one pass over all its builds is cheaper than one query an hour.
 FULL_RECOMPUTE_THRESHOLD = 500
 
-# Totals tables and their period; a summary reads whole periods from them.
-HOURLY, DAILY = ("hourly_totals", US_PER_HOUR), ("daily_totals", US_PER_DAY)
+# Totals tables and what they may answer (kept.answers): builds created in whole hours or days, of any set of
+# statuses; a summary reads whole periods from them.
+HOURLY_TOTALS = KeptTable("hourly_totals", WINDOW | {"status"}, US_PER_HOUR).check()
+DAILY_TOTALS = KeptTable("daily_totals", WINDOW | {"status"}, US_PER_DAY).check()
+# (table, period) of each, as the writer rebuilds them.
+HOURLY, DAILY = (HOURLY_TOTALS.name, HOURLY_TOTALS.period_us), (DAILY_TOTALS.name, DAILY_TOTALS.period_us)
+# By the day billable builds stopped: /usage and /usage/breakdown by day read it, never a build filter.
+DAILY_USAGE = KeptTable("daily_usage", frozenset(), US_PER_DAY).check()
 
 _TOTALS_SELECT = """
 SELECT account_id, create_us - create_us % {period}, status, count(*), sum(cpu_seconds),
@@ -21,7 +28,7 @@ FROM builds WHERE account_id = ? {where} GROUP BY 1, 2, 3
 """
 # A day's totals are its hours' totals added up: sums add, and the first start and last stop are the least and
 # greatest of its hours'. That reads at most 24 rows where the day's builds would be read: a large import is
-# spared one pass over every build of the account (about 2 s for a million builds).
+# spared one pass over every build of the account.
 _DAYS_FROM_HOURS = f"""
 SELECT account_id, period_us - period_us % {US_PER_DAY}, status, sum(builds), sum(cpu_seconds), sum(duration_us),
        sum(nar_size_bytes), min(first_start_us), max(last_stop_us)

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
-from buildreport.store import day_figures, day_summaries
+from buildreport.store import day_figures
 from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW, Conflict, LinkEnds, body_hash, link_peers, set_link
 from buildreport.store.tag_totals import TagTouches
 from buildreport.store.totals import (
@@ -330,8 +330,7 @@ class BuildWriter:
         self._tags.apply(self._conn)
         rebuilt = {(account_id, day_of(hour)) for account_id, hour in self._hours if account_id in full}
         day_figures.recompute(self._conn, rebuilt)
-        changed = day_figures.apply(self._conn, {k: d for k, d in self._day_deltas.items() if k[0] not in full})
-        day_summaries.refresh(self._conn, rebuilt | changed)
+        day_figures.apply(self._conn, {k: d for k, d in self._day_deltas.items() if k[0] not in full})
 
     def _check_new_links(self) -> None:
         """Every restart link a write record made names a build of its own account, now that all are written.

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 from buildreport.filters import BuildFilter, GroupBy, UsageQuery
 from buildreport.models import FAILED
-from buildreport.store.queries import US_PER_DAY, US_PER_HOUR, Query, _filter_sql, in_list
-from buildreport.store.stats_queries import _stopped_billable
+from buildreport.store import filter_sql
+from buildreport.store.filter_sql import Query, in_list
+from buildreport.store.kept import US_PER_DAY, US_PER_HOUR
+from buildreport.store.stats_queries import stopped_billable
 
 JSON = "convert_from(b.body, 'UTF8')::json"  # a build's stored JSON, taken apart only where a figure needs it
 _GROUP_COLUMNS = {
@@ -37,7 +39,7 @@ _NEWEST_FAILED = (
 
 
 def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queue_times: bool = True) -> Query:
-    source, where, params = _filter_sql(account_id, build_filter, "b")
+    source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     figures = _FIGURES if queue_times else _FIGURES.replace(_QUEUES, "''")
     if group_by.kind == "tag" and group_by.tag_key is not None:
         # The tag's value from the tag index: builds without the tag are in no group.
@@ -67,18 +69,18 @@ def body_parts(build_ids: Sequence[int]) -> list[Query]:
 
 def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
     """`(path, newest)` of each given derivation path with matching builds (or matching failed builds)."""
-    source, where, params = _filter_sql(account_id, build_filter, "b")
+    source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     mark = _NEWEST_FAILED if failed else _NEWEST
     sql = f"SELECT b.derivation_path, {mark} FROM {source} WHERE {where} AND b.derivation_path = ANY(?) GROUP BY 1"
     return sql, [*params, list(paths)]
 
 
 def usage_by_system(account_id: int, query: UsageQuery) -> Query:
-    where, params = _stopped_billable(query)
+    where, params = stopped_billable(query)
     sql = f"SELECT {JSON} ->> 'system', sum(b.cpu_seconds), count(*) FROM builds b WHERE {where} GROUP BY 1"
     return sql, [account_id, *params]
 
 
 def usage_tags(account_id: int, query: UsageQuery) -> Query:
-    where, params = _stopped_billable(query)
+    where, params = stopped_billable(query)
     return f"SELECT {JSON} -> 'tags', b.cpu_seconds FROM builds b WHERE {where}", [account_id, *params]

@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
-from buildreport.store import day_figures, day_summaries, events_schema, tag_totals, trust
+from buildreport.store import day_figures, events_schema, tag_totals, trust
 from buildreport.store.dialect import SQLITE
 from buildreport.store.errors import DatabaseError
 from buildreport.store.sqlite.writelock import lock_path
@@ -34,9 +34,8 @@ _TOTALS_TABLE = """
 
 
 def _add_day_summaries(conn: sqlite3.Connection) -> None:
-    """Each day's statistics over every status, ranked (see day_summaries.py): a year by day reads these."""
-    conn.execute(day_summaries.TABLE.format(integer="INTEGER", blob="BLOB", without_rowid=" WITHOUT ROWID"))
-    day_summaries.fill(conn)
+    """Once each day's statistics over every status; statistics by day read day_figures alone now, and a later
+    step drops the table, so there is nothing to add."""
 
 
 # A step of the schema: a script, or a function given the connection (inside the step's transaction).
@@ -185,6 +184,8 @@ MIGRATIONS += (
         builds INTEGER NOT NULL, cpu_seconds INTEGER NOT NULL, PRIMARY KEY (account_id, day_us)) WITHOUT ROWID;
     """,
     events_schema.TABLES.format(integer="INTEGER", blob="BLOB", serial="INTEGER PRIMARY KEY AUTOINCREMENT"),
+    # Statistics by day read day_figures alone: their day summaries are no longer kept.
+    "DROP TABLE IF EXISTS day_summaries;",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
