@@ -20,8 +20,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from buildreport.insights import stats
 from buildreport.filters import BuildFilter, GroupBy, StatsQuery, UsageQuery
+from buildreport.insights import stats
 from buildreport.models import BuildStatus
 from buildreport.store import open_database, queries, stats_queries, tag_totals
 from buildreport.store.kept import US_PER_DAY, KeptTable

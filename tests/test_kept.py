@@ -21,6 +21,7 @@ from test_tag_totals import patched
 
 from buildreport.filters import BuildFilter, GroupBy, StatsQuery, UsageQuery, set_fields
 from buildreport.ingest import import_files
+from buildreport.insights.stats import build_stats, usage_breakdown
 from buildreport.models import (
     BILLABLE,
     DISCARDED,
@@ -31,7 +32,6 @@ from buildreport.models import (
     BuildStatus,
     Usage,
 )
-from buildreport.insights.stats import build_stats, usage_breakdown
 from buildreport.store import open_database, open_reader
 from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, KeptTable, answers, whole_periods
