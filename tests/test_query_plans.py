@@ -205,9 +205,9 @@ _ENGINE_OWN = ("stats by ", "usage by ", "newest builds", "export bodies,", "bad
 PG_QUERIES = {
     # SQLite's statistics walk its indexes (store/stats_queries.py); PostgreSQL has its own (store/postgres/).
     **{name: query for name, query in QUERIES.items() if not name.startswith(_ENGINE_OWN)},
-    **{f"list, {name}": queries.list_builds(1, ListQuery(filter=f), POSTGRESQL) for name, f in FILTERS.items()},
+    **{f"list, {name}": queries.list_builds(1, ListQuery(filter=f)) for name, f in FILTERS.items()},
     **{
-        f"list page 2, {name}": queries.list_builds(1, ListQuery(filter=f, cursor=Cursor(5, 6)), POSTGRESQL)
+        f"list page 2, {name}": queries.list_builds(1, ListQuery(filter=f, cursor=Cursor(5, 6)))
         for name, f in FILTERS.items()
     },
     **{
@@ -280,7 +280,7 @@ def test_each_further_tag_pair_is_one_lookup_by_its_whole_key_on_postgresql(pg_c
     if kind == "summary":
         sql, params = queries.summary(1, three)
     else:
-        sql, params = queries.list_builds(1, ListQuery(filter=three), POSTGRESQL)
+        sql, params = queries.list_builds(1, ListQuery(filter=three))
     ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
     document = json.loads(plan) if isinstance(plan, str) else plan
     conditions = _index_conditions(document[0]["Plan"])
