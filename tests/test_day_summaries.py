@@ -12,7 +12,7 @@ from records import WITHOUT_DAY_SUMMARIES, version_before
 from test_day_figures import at
 
 from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
-from buildreport.ingest import import_files
+from buildreport.imports.load import import_files
 from buildreport.models import UNFINISHED, BuildStatus, Percentiles
 from buildreport.stats import _joined
 from buildreport.store import day_summaries

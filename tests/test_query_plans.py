@@ -21,12 +21,12 @@ from buildreport.store import (
     trust,
 )
 from buildreport.store import events as store_events
+from buildreport.store.build_rows import builds_by_source
 from buildreport.store.dialect import POSTGRESQL, SQLITE
 from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
 from buildreport.store.sqlite.schema import attach_auth, open_database
-from buildreport.store.writer import builds_by_source
 
 FILTERS = {
     "window": BuildFilter(create_from_us=1, create_to_us=None),

@@ -19,6 +19,7 @@ import msgspec
 
 from buildreport.models import BILLABLE
 from buildreport.store import day_figures, day_summaries, tag_totals
+from buildreport.store.build_rows import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS
 from buildreport.store.links import Conflict, LinkEnds, link_peers
 from buildreport.store.queries import US_PER_DAY, US_PER_HOUR
 from buildreport.store.totals import (
@@ -27,7 +28,6 @@ from buildreport.store.totals import (
     recompute_totals,
     refuse_oversized,
 )
-from buildreport.store.writer import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS
 
 # Past this many (tag pair, day, status) the reading process stops adding up totals per tag pair, and they are
 # computed from the stored tag rows at the end instead. Each costs it some 300 bytes; a million builds of the

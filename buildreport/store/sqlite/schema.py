@@ -343,7 +343,7 @@ def migrate(
     app_id: int = APPLICATION_ID,
 ) -> None:
     """Bring the schema up to date, each step in its own transaction."""
-    from buildreport.store.writer import body_hash  # the digest stored beside each build's JSON
+    from buildreport.store.build_rows import body_hash  # the digest stored beside each build's JSON
 
     conn.create_function("buildreport_body_hash", 1, body_hash, deterministic=True)
     conn.create_aggregate("buildreport_day_figures", 3, day_figures.Aggregate)

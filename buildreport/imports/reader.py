@@ -20,10 +20,10 @@ from pathlib import Path
 
 import msgspec
 
-from buildreport.ingest import MAX_REPORTED_ERRORS, Location, RecordError, read_records
+from buildreport.imports.load import MAX_REPORTED_ERRORS, Location, RecordError, read_records
 from buildreport.lifeline import follow_parent_process
+from buildreport.store.build_rows import BATCH_SIZE, Row, pack_log, to_build
 from buildreport.store.fresh_load import FreshLoad, TagTotals, TagTotalsRows
-from buildreport.store.writer import BATCH_SIZE, Row, pack_log, to_build
 
 STOP_SECONDS = 10.0
 SENDS_AHEAD = 8  # batches of rows queued to be sent: some 16 MiB

@@ -17,8 +17,8 @@ import msgspec
 from buildreport.jsoncheck import depth_reason, duplicate_key, duplicate_reason, too_deep
 from buildreport.models import UNFINISHED, ImportRecord
 from buildreport.store import Connection, after_bulk_write, bulk_write, deferred_indexes, loads_fresh
+from buildreport.store.build_rows import BuildWriter, WriteStats
 from buildreport.store.fresh_load import FreshLoad
-from buildreport.store.writer import BuildWriter, WriteStats
 from buildreport.times import to_us
 
 _DECODER = msgspec.json.Decoder(ImportRecord)
@@ -297,7 +297,7 @@ def _import(
 def _record_events(conn: Connection, writer: BuildWriter, names: dict[int, str], now_us: int) -> None:
     """The events of the builds the writer wrote since the last call, account by account, in write order."""
     from buildreport.store.events import record_events
-    from buildreport.store.writes import DEFAULT_RULES
+    from buildreport.store.transaction import DEFAULT_RULES
 
     changes, writer.changes = writer.changes or [], []
     by_account: dict[int, list] = {}
@@ -315,7 +315,7 @@ def _import_fresh(
     on_progress: Callable[[int], None] | None,
 ) -> tuple[int, WriteStats]:
     """Into a database with no builds: records are read in a process of their own (import_reader)."""
-    from buildreport import import_reader
+    from buildreport.imports import reader as import_reader
 
     load = FreshLoad(conn, _conflicts_into(errors), now_us)
     with deferred_indexes(conn, beside_reader=True):

@@ -17,11 +17,12 @@ import pytest
 from conftest import buildreport_command, record, write_jsonl
 from test_fresh_load import contents, writer_path
 
-from buildreport import import_reader, ingest
-from buildreport.import_reader import ReadingStopped
-from buildreport.ingest import ImportFailed, import_files
+from buildreport.imports import load as ingest
+from buildreport.imports import reader as import_reader
+from buildreport.imports.load import ImportFailed, import_files
+from buildreport.imports.reader import ReadingStopped
 from buildreport.store import open_database
-from buildreport.store.writer import BATCH_SIZE
+from buildreport.store.build_rows import BATCH_SIZE
 
 NOW_US = 1_790_000_000_000_000
 

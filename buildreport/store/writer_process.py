@@ -30,7 +30,7 @@ from buildreport.lifeline import follow_parent_process
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
 from buildreport.store import engine_errors, engine_message
 from buildreport.store.errors import DatabaseError, DatabaseUnavailable
-from buildreport.store.writes import DEFAULT_RULES, WriteConflicts, WriteSession
+from buildreport.store.transaction import DEFAULT_RULES, WriteConflicts, WriteSession
 
 STOP_SECONDS = 10.0
 

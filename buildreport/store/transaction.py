@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from buildreport.events.derive import Rules
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
+from buildreport.store.build_rows import BuildWriter, pack_log
 from buildreport.store.events import record_events
-from buildreport.store.writer import BuildWriter, pack_log
 
 DEFAULT_RULES = Rules()
 T = TypeVar("T")
