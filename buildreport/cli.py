@@ -398,7 +398,7 @@ def serve(db: str, db_file: str | None, create: bool, **kwargs: object) -> None:
 @click.option("--events", is_flag=True, help="Derive events (and send webhooks) as if the builds were sent now.")
 def import_command(db: str, files: tuple[Path, ...], events: bool) -> None:
     """Import builds from JSON Lines files (plain or .gz), all or nothing."""
-    from buildreport.imports.load import ImportFailed
+    from buildreport.imports.files import ImportFailed
     from buildreport.imports.reader import ReadingStopped
 
     conn = open_db(db)

@@ -18,7 +18,8 @@ from test_totals import daily_from_builds, stored_totals, totals_from_builds
 
 from buildreport.imports import load as ingest
 from buildreport.imports import reader as import_reader
-from buildreport.imports.load import ImportFailed, import_files
+from buildreport.imports.files import ImportFailed
+from buildreport.imports.load import import_files
 from buildreport.models import MAX_DURATION_SECONDS, MAX_NAR_SIZE_BYTES, MAX_OUTPUTS, BuildStatus
 from buildreport.store import fresh_load, open_database, tag_totals
 from buildreport.store.totals import MAX_ACCOUNT_TOTAL, OVERSIZED, US_PER_DAY, US_PER_HOUR

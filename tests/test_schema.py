@@ -12,7 +12,8 @@ import pytest
 from conftest import buildreport_command, record, write_jsonl
 from records import WITHOUT_STATS_COLUMNS, WITHOUT_TAG_FIGURES, version_before
 
-from buildreport.imports.load import ImportFailed, import_files
+from buildreport.imports.files import ImportFailed
+from buildreport.imports.load import import_files
 from buildreport.models import Build
 from buildreport.store.build_rows import body_hash
 from buildreport.store.sqlite.schema import DEFERRED_INDEXES, SCHEMA_VERSION, open_database

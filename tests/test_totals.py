@@ -15,7 +15,8 @@ from test_day_figures import kept_days, plain_days
 from test_day_summaries import kept_summaries, plain_summaries
 
 from buildreport.filters import BuildFilter
-from buildreport.imports.load import ImportFailed, import_files
+from buildreport.imports.files import ImportFailed
+from buildreport.imports.load import import_files
 from buildreport.models import BuildStatus
 from buildreport.store import open_database, queries
 from buildreport.store.reader import merge_summary_rows

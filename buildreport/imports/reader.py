@@ -1,6 +1,6 @@
 """The reading process of a large import into a database with no builds (see store.fresh_load).
 
-It decodes and checks the records as every import does (ingest.read_records), makes their rows and adds up
+It decodes and checks the records as every import does (files.read_records), makes their rows and adds up
 their totals, and sends them over a pipe in batches, as MessagePack: the importing process only inserts
 them. It never opens the database. Should any record be bad it sends no more rows, reads on to name every
 bad record, and ends with them: the import writes nothing.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import msgspec
 
-from buildreport.imports.load import MAX_REPORTED_ERRORS, Location, RecordError, read_records
+from buildreport.imports.files import MAX_REPORTED_ERRORS, Location, RecordError, read_records
 from buildreport.lifeline import follow_parent_process
 from buildreport.store.build_rows import BATCH_SIZE, Row, pack_log, to_build
 from buildreport.store.fresh_load import FreshLoad, TagTotals, TagTotalsRows
