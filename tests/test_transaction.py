@@ -12,7 +12,7 @@ from conftest import record
 
 from buildreport.models import MAX_DURATION_SECONDS, BuildRecord, ImportRecord
 from buildreport.store import open_database
-from buildreport.store.build_rows import BuildWriter
+from buildreport.store.build_writer import BuildWriter
 from buildreport.store.totals import MAX_ACCOUNT_TOTAL, OVERSIZED
 from buildreport.store.transaction import WriteConflicts, write_records
 

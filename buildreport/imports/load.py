@@ -11,7 +11,8 @@ import msgspec
 from buildreport.imports.files import MAX_REPORTED_ERRORS, ImportFailed, RecordError, lines_size, read_records
 from buildreport.models import ImportRecord
 from buildreport.store import Connection, after_bulk_write, bulk_write, deferred_indexes, loads_fresh
-from buildreport.store.build_rows import BuildWriter, WriteStats
+from buildreport.store.build_rows import WriteStats
+from buildreport.store.build_writer import BuildWriter
 from buildreport.store.fresh_load import FreshLoad
 
 # From this many bytes of JSON Lines, an import into a database with no builds reads in a second process.

@@ -20,7 +20,7 @@ import msgspec
 
 from buildreport.models import BILLABLE
 from buildreport.store import is_postgres
-from buildreport.store.build_rows import BuildWriter
+from buildreport.store.build_writer import BuildWriter
 from buildreport.store.errors import DatabaseError
 from buildreport.store.queries import US_PER_DAY, Query, in_list
 

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 from buildreport.events.derive import Rules
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
-from buildreport.store.build_rows import BuildWriter, pack_log
+from buildreport.store.build_rows import pack_log
+from buildreport.store.build_writer import BuildWriter
 from buildreport.store.events import record_events
 
 DEFAULT_RULES = Rules()
