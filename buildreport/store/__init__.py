@@ -11,6 +11,7 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from buildreport.store.errors import DatabaseError
@@ -124,14 +125,26 @@ async def open_reader(db: str, read_dbs: Sequence[str] = ()) -> Reader:
     return await SqliteReader.open(db)
 
 
+def backup(db: str | Path, to: Path, *, gzip: bool = False) -> Any:
+    """Copy a live SQLite database with its tokens and signing key into one checked archive (sqlite.backup)."""
+    from buildreport.store.sqlite.backup import backup as sqlite_backup
+
+    return sqlite_backup(Path(db), to, gzip=gzip)
+
+
+def restore(source: Path, db: str | Path, *, force: bool = False) -> Any:
+    """Put a backup archive in place as the SQLite database `db`, checked first (sqlite.backup)."""
+    from buildreport.store.sqlite.backup import restore as sqlite_restore
+
+    return sqlite_restore(source, Path(db), force=force)
+
+
 def exists(db: str) -> bool:
     """Whether a buildreport database is there already (a file, or buildreport's tables in PostgreSQL)."""
     if is_postgres(db):
         from buildreport.store.postgres.schema import holds_buildreport
 
         return bool(_postgres(lambda: holds_buildreport(str(db)), db))
-    from pathlib import Path
-
     return Path(db).exists()
 
 
