@@ -15,9 +15,8 @@ from buildreport.store.build_rows import WriteStats
 from buildreport.store.build_writer import BuildWriter
 from buildreport.store.fresh_load import FreshLoad
 
-# From this many bytes of JSON Lines, an import into a database with no builds reads in a second process.
-# Starting it costs some 0.2 s: 8 MiB (8,856 builds) took 0.42 s that way and 0.37 s in one process, 16 MiB
-# (17,732 builds) 0.72 s against 0.79 s.
+# From this many bytes of JSON Lines, an import into a database with no builds reads in a second process:
+# below it, starting that process costs more than it saves (bench/store.md).
 TWO_PROCESS_BYTES = 16 * 1024 * 1024
 EVENTS_BATCH = 2000  # builds written whose events are made together (an import with --events)
 

@@ -20,8 +20,8 @@ def bulk_write(conn: sqlite3.Connection) -> Iterator[None]:
     through a rollback journal (synchronous FULL) instead of the write-ahead log. A rollback journal keeps
     the old content of the pages a transaction changes, and a database with no builds has next to none: the
     new pages are written once, into the database file, where the log writes them all and a checkpoint then
-    copies them into the database. A million builds imported in 55 s rather than 64 s. A database with
-    builds keeps the log, whose readers go on reading while the import writes. WAL is set again after.
+    copies them into the database (bench/store.md). A database with builds keeps the log, whose readers go on
+    reading while the import writes. WAL is set again after.
     """
     conn.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
     journal = not holds_builds(conn) and set_journal(conn, "delete", 0)
@@ -37,14 +37,13 @@ def bulk_write(conn: sqlite3.Connection) -> Iterator[None]:
             set_journal(conn, "wal", BUSY_TIMEOUT_MS)
 
 
-# Indexes of builds that an import's writes never read (they look builds up by id and source id). Kept up
-# row by row, a million builds in random derivation order cost the import more than making them once, from
-# the sorted rows, after the last build is in: 55.2 s against 52.5 s, of which 5.0 s making them.
+# Indexes of builds that an import's writes never read (they look builds up by id and source id): made once,
+# from the sorted rows, after the last build is in, which costs less than keeping them up row by row
+# (bench/store.md).
 DEFERRED_INDEXES = ("builds_by_time", "builds_by_derivation", "builds_by_stop", "builds_for_stats", "builds_by_name")
 # When a reading process prepares the rows (store.fresh_load), the inserting process has time to spare while it
 # waits for them: it keeps up the indexes whose keys arrive in about the order they sort (times of creation and
-# stop) as it goes, and makes only the one in derivation order at the end. A million builds (median of three
-# runs): 22.9 s, against 25.4 s with all four made at the end and 25.0 s with none.
+# stop) as it goes, and makes only the ones in derivation order at the end (bench/store.md).
 DEFERRED_BESIDE_READER = ("builds_by_derivation", "builds_by_name")  # the name index is in name order too
 
 

@@ -226,9 +226,8 @@ BUSY_TIMEOUT_MS = 10_000
 # foreign keys, and a page cache large enough for the hot part of the indexes.
 #
 # No memory map: lists and exports read newest first, so they walk the file backwards, and a page fault
-# reads one page with no read-ahead. On a file the kernel no longer caches, 100,000 builds newest first
-# took 28.6 s through a map and 2.6 s with reads (0.2 s oldest first, either way); with the pages
-# cached, the two are alike.
+# reads one page with no read-ahead, ten times slower than reads on a file the kernel no longer caches
+# (bench/store.md).
 CONNECTION_PRAGMAS = (
     f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",
     "PRAGMA foreign_keys = ON",
