@@ -29,7 +29,7 @@ from server import Server
 from buildreport.models import BuildRecord
 from buildreport.store import open_auth, open_database
 from buildreport.store.admin import insert_token
-from buildreport.store.writes import write_with_events
+from buildreport.store.transaction import write_with_events
 from buildreport.times import US_PER_DAY, now_us
 from buildreport.tokens import new_token
 
@@ -58,7 +58,7 @@ def write_speed(folder: Path, batches: int, events: bool) -> float:
     """Builds/s written in batches of BATCH, in this process, with or without their events."""
     db = folder / f"write-{events}.db"
     conn = open_database(db)
-    patch = mock.patch("buildreport.store.writes.record_events", return_value=0) if not events else None
+    patch = mock.patch("buildreport.store.transaction.record_events", return_value=0) if not events else None
     if patch is not None:
         patch.start()
     try:

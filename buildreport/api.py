@@ -30,8 +30,8 @@ from buildreport.models import (
     WriteResult,
 )
 from buildreport.store.reader import Reader
-from buildreport.store.write_process import Writes
-from buildreport.store.writes import WriteConflicts
+from buildreport.store.transaction import WriteConflicts
+from buildreport.store.writer_process import Writes
 from buildreport.times import now_us
 from buildreport.tokens import READ_SCOPE, WRITE_SCOPE
 

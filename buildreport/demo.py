@@ -8,7 +8,8 @@ from pathlib import Path
 import msgspec
 
 from buildreport.config import Settings, load_secret_keys
-from buildreport.ingest import import_files, open_lines
+from buildreport.imports.files import open_lines
+from buildreport.imports.load import import_files
 from buildreport.models import ImportRecord
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
 from buildreport.store import Connection, admin, describe, open_auth

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from buildreport.errors import Problem
-from buildreport.ingest import check_links, check_record, decode_error, repeated_key, undecodable
+from buildreport.imports.files import check_links, check_record, decode_error, repeated_key, undecodable
 from buildreport.jsoncheck import depth_reason, too_deep
 from buildreport.models import MAX_TAGS, BuildRecord, InvalidRecord
 

@@ -1,7 +1,7 @@
 """The record of `POST /builds` as the OpenAPI document states it: exact, cross-field rules included.
 
 The record's schema comes from msgspec itself (the generator of the rest of the document drops a
-`minimum` of 0 and the bounds of tag names), and the rules across fields that ingest.check_record
+`minimum` of 0 and the bounds of tag names), and the rules across fields that imports.files.check_record
 enforces are added where JSON Schema can say them: one of `build_status`/`status`, both equal when both
 are sent, `duration_seconds` null exactly while a build is pending or running, a `build_id` or a
 `source_id`, and times whose written date lies from 1970-01-01 to 9899-12-31. Rules that compare two

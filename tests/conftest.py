@@ -24,7 +24,7 @@ from records import NOW, record, write_jsonl  # noqa: F401 (tests import them fr
 
 from buildreport.app import create_app
 from buildreport.config import Settings
-from buildreport.ingest import import_files
+from buildreport.imports.load import import_files
 from buildreport.store import is_postgres, open_auth, open_database
 from buildreport.store.admin import insert_token
 from buildreport.times import US_PER_DAY, to_us

@@ -22,7 +22,7 @@ from buildreport.models import BuildRecord
 from buildreport.store import DatabaseError
 from buildreport.store.sqlite.backup import DATABASE, MANIFEST, backup, in_use, read_manifest, restore
 from buildreport.store.sqlite.writelock import WriterLock
-from buildreport.store.writes import WriteSession
+from buildreport.store.transaction import WriteSession
 from buildreport.times import to_us
 
 

@@ -13,7 +13,7 @@ import click
 import httpx
 import pytest
 from conftest import Env, buildreport_command, free_port
-from test_writes import write_record
+from test_transaction import write_record
 
 from buildreport.cli.secrets import MAX_SECRET_FILE_BYTES, given_or_from_file, one_secret, secret_lines
 from buildreport.record.spool import pending_files, write_spool_file

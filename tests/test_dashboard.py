@@ -455,7 +455,7 @@ def test_a_build_dated_far_ahead_leaves_the_window_and_its_periods_as_they_are(r
 
 
 def test_recent_events_show_series_that_broke_and_recovered(env: Env) -> None:
-    from test_writes import write_record
+    from test_transaction import write_record
 
     writer, reader = env.token("acme", ("build:write",)), env.token("acme")
     with env.client() as client:

@@ -8,7 +8,7 @@ from conftest import record, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildreport.ingest import import_files
+from buildreport.imports.load import import_files
 from buildreport.store import day_figures
 from buildreport.store import open_database as store_database
 from buildreport.store.sqlite.schema import open_database

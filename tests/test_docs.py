@@ -16,7 +16,7 @@ from conftest import auth, record
 from buildreport.cli.main import main
 from buildreport.demo import sample_data_path
 from buildreport.docs import MAX_INT64
-from buildreport.ingest import import_files
+from buildreport.imports.load import import_files
 from buildreport.store import open_database
 from buildreport.times import now_us
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from conftest import Env, auth, buildreport_command, free_port
 from receiver import Receiver
-from test_writes import write_record
+from test_transaction import write_record
 
 FAST = ("--hook-retry-base", "0.1", "--hook-timeout", "1")
 

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 from conftest import Env, auth
-from test_writes import write_record
+from test_transaction import write_record
 
 from buildreport.events.models import Event
 

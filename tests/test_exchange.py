@@ -14,7 +14,7 @@ import httpx
 import pytest
 from conftest import Env, auth, buildreport_command, query
 from oidc_issuer import Issuer
-from test_writes import write_record
+from test_transaction import write_record
 
 from buildreport.claims import claim_tags, matches, parse_claim_tag, tag_mapping
 from buildreport.times import US_PER_SECOND

@@ -1,6 +1,6 @@
 """An import into a database with no builds through store.fresh_load stores exactly what the writer would:
 every table, row for row, or the same refusal. The reading half runs in this process here (import_reader.take
-over import_reader.messages), so that small thresholds can be set; test_import_reader runs it as a process."""
+over import_reader.messages), so that small thresholds can be set; test_imports_reader runs it as a process."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_totals import daily_from_builds, stored_totals, totals_from_builds
 
-from buildreport import import_reader, ingest
-from buildreport.ingest import ImportFailed, import_files
+from buildreport.imports import load as ingest
+from buildreport.imports import reader as import_reader
+from buildreport.imports.files import ImportFailed
+from buildreport.imports.load import import_files
 from buildreport.models import MAX_DURATION_SECONDS, MAX_NAR_SIZE_BYTES, MAX_OUTPUTS, BuildStatus
 from buildreport.store import fresh_load, open_database, tag_totals
 from buildreport.store.totals import MAX_ACCOUNT_TOTAL, OVERSIZED, US_PER_DAY, US_PER_HOUR

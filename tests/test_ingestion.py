@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import ENGINES, Env, Server, auth, new_database, start_server
-from test_writes import write_record
+from test_transaction import write_record
 
 from buildreport.errors import Problem
 from buildreport.ingestion import JSON, MAX_REPORTED_RECORDS, NDJSON, inflate

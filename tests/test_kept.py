@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from test_tag_totals import patched
 
 from buildreport.filters import BuildFilter, GroupBy, StatsQuery, UsageQuery, set_fields
-from buildreport.ingest import import_files
+from buildreport.imports.load import import_files
 from buildreport.insights.stats import build_stats, usage_breakdown
 from buildreport.models import (
     BILLABLE,

@@ -23,7 +23,7 @@ from test_totals import (
 )
 
 from buildreport.filters import UsageQuery
-from buildreport.ingest import import_files
+from buildreport.imports.load import import_files
 from buildreport.store import DatabaseError, open_database, queries
 from buildreport.store.prune import Policy, give_back_space, preview, prune
 from buildreport.store.queries import US_PER_DAY, US_PER_HOUR

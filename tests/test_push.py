@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import ENGINES, Env, auth, buildreport_command, new_database, query, start_server
-from test_writes import write_record
+from test_transaction import write_record
 
 from buildreport.record.push import Pusher, PushStopped, backoff, retry_after
 from buildreport.record.spool import REJECTED, pending_files, write_spool_file

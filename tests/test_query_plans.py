@@ -20,12 +20,12 @@ from buildreport.store import (
     trust,
 )
 from buildreport.store import events as store_events
+from buildreport.store.build_rows import builds_by_source
 from buildreport.store.dialect import POSTGRESQL, SQLITE
 from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
 from buildreport.store.sqlite.schema import attach_auth, open_database
-from buildreport.store.writer import builds_by_source
 
 FILTERS = {
     "window": BuildFilter(create_from_us=1, create_to_us=None),
@@ -202,9 +202,9 @@ _ENGINE_OWN = ("stats by ", "usage by ", "newest builds", "export bodies,", "bad
 PG_QUERIES = {
     # SQLite's statistics walk its indexes (store/stats_queries.py); PostgreSQL has its own (store/postgres/).
     **{name: query for name, query in QUERIES.items() if not name.startswith(_ENGINE_OWN)},
-    **{f"list, {name}": queries.list_builds(1, ListQuery(filter=f), POSTGRESQL) for name, f in FILTERS.items()},
+    **{f"list, {name}": queries.list_builds(1, ListQuery(filter=f)) for name, f in FILTERS.items()},
     **{
-        f"list page 2, {name}": queries.list_builds(1, ListQuery(filter=f, cursor=Cursor(5, 6)), POSTGRESQL)
+        f"list page 2, {name}": queries.list_builds(1, ListQuery(filter=f, cursor=Cursor(5, 6)))
         for name, f in FILTERS.items()
     },
     **{
@@ -277,7 +277,7 @@ def test_each_further_tag_pair_is_one_lookup_by_its_whole_key_on_postgresql(pg_c
     if kind == "summary":
         sql, params = queries.summary(1, three)
     else:
-        sql, params = queries.list_builds(1, ListQuery(filter=three), POSTGRESQL)
+        sql, params = queries.list_builds(1, ListQuery(filter=three))
     ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
     document = json.loads(plan) if isinstance(plan, str) else plan
     conditions = _index_conditions(document[0]["Plan"])

@@ -1,27 +1,27 @@
-"""The reader: builds kept until the next commit; short range queries in the event loop's thread, within a budget."""
+"""The reader: builds kept until the next commit; lookups by key in the event loop's thread, other queries off it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from conftest import Env, auth, record
 from records import NOW
 
 from buildreport import filters
+from buildreport.auth import TokenCache
 from buildreport.store import open_reader
 from buildreport.store.reader import KeptBuilds
-from buildreport.store.sqlite import reader as sqlite_reader
-from buildreport.store.sqlite.schema import auth_path
 from buildreport.times import to_us
+from buildreport.tokens import digest as token_digest
 
 
 def test_kept_builds_need_the_version_they_were_read_at() -> None:
@@ -149,101 +149,114 @@ def _many_builds(env: Env) -> None:
                      tags={"project": "web" if i % 3 else "api"}) for i in range(1, 401)])
 
 
-SHORT_QUERIES = 6  # a round of _short_answers: the page, its end, the summary, usage, the breakdown and the ping
+RANGE_QUERIES = 6  # a round of _short_answers: the page, its end, the summary, usage, the breakdown and the ping
 
 
 @pytest.mark.sqlite_only
-def test_short_queries_run_in_the_event_loops_thread(env: Env) -> None:
+def test_lookups_by_key_run_in_the_event_loops_thread_and_every_other_query_in_aiosqlites(env: Env) -> None:
     _many_builds(env)
     answers, handed = _short_answers(env, rounds=2)
-    assert handed == [0, 0]
+    assert handed == [RANGE_QUERIES, RANGE_QUERIES]
     page, cursor, summary, usage, _by_day, after, alive = answers
     assert len(json.loads(page)) == 50 and cursor is not None
     assert summary.build_count == sum(1 for i in range(1, 401) if i % 3)
     assert usage.billable_cpu_seconds == sum(range(1, 401))
     assert json.loads(after)["build_id"] == 7 and alive
 
-
-@pytest.mark.sqlite_only
-@pytest.mark.parametrize(
-    ("settings", "handed_per_round"),
-    [
-        # Every run is over the budget: each statement runs in the event loop's thread, then twice in aiosqlite's,
-        # then in the event loop's again.
-        ({"SHORT_QUERY_BUDGET_S": -1.0, "LONG_QUERY_RUNS": 2}, [0, SHORT_QUERIES, SHORT_QUERIES, 0]),
-        # No time at all, and the clock looked at every instruction: each statement is interrupted at once, run
-        # again in aiosqlite's thread and remembered as long.
-        ({"SHORT_QUERY_LIMIT_S": 0.0, "_LIMIT_CHECK_STEPS": 1}, [SHORT_QUERIES, SHORT_QUERIES]),
-    ],
-    ids=["over its budget", "past its limit"],
-)
-def test_a_long_query_runs_in_aiosqlites_thread_with_the_same_answers(
-    env: Env, monkeypatch: pytest.MonkeyPatch, settings: dict[str, float], handed_per_round: list[int]
-) -> None:
-    _many_builds(env)
-    within, _ = _short_answers(env)
-    for name, value in settings.items():
-        monkeypatch.setattr(sqlite_reader, name, value)
-    answers, handed = _short_answers(env, rounds=len(handed_per_round))
-    assert handed == handed_per_round
-    assert answers == within
-
-
-@pytest.mark.sqlite_only
-def test_a_short_query_that_fails_is_an_error_not_run_again(env: Env) -> None:
-    env.load([record(1)])
-
-    async def run() -> None:
+    async def lookup_thread() -> tuple[int, int]:
         reader = await open_reader(env.db)
-        handed = _counted(reader, "_rows")
+        threads: list[int] = []
+        run = reader._local.execute
+
+        def execute(*args: Any) -> Any:
+            threads.append(threading.get_ident())
+            return run(*args)
+
+        reader._local = _Recorded(reader._local, execute)
         try:
-            with pytest.raises(sqlite3.OperationalError, match="no such column"):
-                await reader._short(("SELECT no_such_column FROM builds", []))
-            assert await reader._short(("SELECT count(*) FROM builds", [])) == [(1,)]
-            assert handed == []
+            await reader.build(1, 7)
+            return threads[-1], threading.get_ident()
+        finally:
+            reader._local = reader._local.conn
+            await reader.close()
+
+    looked_up_in, loop_thread = asyncio.run(lookup_thread())
+    assert looked_up_in == loop_thread
+
+
+class _Recorded:
+    """A sqlite3 connection whose `execute` is replaced (sqlite3's own attributes cannot be set)."""
+
+    def __init__(self, conn: sqlite3.Connection, execute: Any) -> None:
+        self.conn, self.execute = conn, execute
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+def test_a_page_keeps_list_order_among_builds_created_at_the_same_time(env: Env) -> None:
+    """Builds with equal create times come newest id first, on every page, whatever order they were written in."""
+    same = NOW - timedelta(hours=1)
+    env.load([record(i, create_time=same) for i in (5, 1, 9, 3, 7, 2, 8, 4, 6, 10, 12, 11)])
+
+    async def run() -> list[list[int]]:
+        reader = await open_reader(env.db)
+        now = to_us(NOW)
+        pages: list[list[int]] = []
+        try:
+            query = filters.parse_list_query([("limit", "5")], now)
+            while True:
+                page = await reader.list_builds(1, query)
+                pages.append([build["build_id"] for build in json.loads(page.body)])
+                if page.next_cursor is None:
+                    return pages
+                query = msgspec.structs.replace(query, cursor=page.next_cursor)
         finally:
             await reader.close()
 
-    asyncio.run(run())
+    assert asyncio.run(run()) == [[12, 11, 10, 9, 8], [7, 6, 5, 4, 3], [2, 1]]
 
 
-# Who holds a lock on byte `offset` of a file, asked from another process (a process never conflicts with its own
-# locks): "unlocked", or the kind of lock and the process id.
-_LOCK_HOLDER = """
-import fcntl, os, struct, sys
-fd = os.open(sys.argv[1], os.O_RDWR)
-kind, _, _, _, pid = struct.unpack("hhqqi", fcntl.fcntl(
-    fd, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, int(sys.argv[2]), 1, 0)))
-print("unlocked" if kind == fcntl.F_UNLCK else f"{'read' if kind == fcntl.F_RDLCK else 'write'} {pid}")
-"""
-# SQLite's "dead man switch" byte of a -shm file (os_unix.c: UNIX_SHM_DMS): every process that has the file open
-# through SQLite holds a read lock on it; a process that finds it unlocked truncates the file and rebuilds it.
-_SHM_DMS_BYTE = 128
+def _commit_elsewhere(db: Any, sql: str, params: tuple, *, tokens: bool) -> None:
+    """Run one statement, committed, in another process."""
+    script = (
+        "import sys\n"
+        "from buildreport.store import open_auth, open_database\n"
+        "conn = (open_auth if sys.argv[2] == 'tokens' else open_database)(sys.argv[1])\n"
+        "with conn:\n"
+        "    conn.execute(sys.argv[3], tuple(sys.argv[4:]))\n"
+        "conn.close()\n"
+    )
+    argv = [sys.executable, "-c", script, str(db), "tokens" if tokens else "builds", sql, *map(str, params)]
+    subprocess.run(argv, check=True, capture_output=True)
 
 
 @pytest.mark.sqlite_only
-def test_reading_the_wal_index_keeps_sqlites_hold_on_the_shm_files(env: Env) -> None:
-    """The reader maps each -shm file to tell commits apart; doing so must never drop SQLite's locks on it, or the
-    next process to open the database (a write process, a command) rebuilds the file under the server's map."""
-    env.load([record(1)])
-    env.token()
-
-    def holders() -> list[str]:
-        shm_files = [Path(f"{path}-shm") for path in (env.db, auth_path(env.db))]
-        return [subprocess.run([sys.executable, "-c", _LOCK_HOLDER, str(shm), str(_SHM_DMS_BYTE)], capture_output=True,
-                               text=True, check=True).stdout.strip() if shm.exists() else "gone" for shm in shm_files]
+def test_a_commit_by_another_process_is_seen_by_the_token_cache_and_the_next_read(env: Env) -> None:
+    env.load([record(1, cpu_seconds=5)])
+    secret = env.token()
+    digest = token_digest(secret)
 
     async def run() -> list[Any]:
         reader = await open_reader(env.db)
+        cache = TokenCache()
         try:
-            before = reader.data_version()
-            held = holders()
-            env.load([record(2)])  # another process commits
-            return [before, held, reader.data_version()]
+            first = await cache.lookup(reader, digest)
+            body = await reader.build(1, 1)
+            versions = [reader.data_version(), reader.builds_version()]
+            _commit_elsewhere(env.db, "UPDATE tokens SET revoked_us = ?", (1,), tokens=True)
+            revoked = await cache.lookup(reader, digest)
+            unchanged = reader.builds_version()
+            _commit_elsewhere(env.db, "UPDATE builds SET body = CAST(? AS BLOB)", ('{"changed":1}',), tokens=False)
+            changed = await reader.build(1, 1)
+            return [first, body, versions, revoked, unchanged, changed, reader.data_version()]
         finally:
             await reader.close()
 
-    before, held, after = asyncio.run(run())
-    assert before is not None and after is not None and after != before
-    assert held == [f"read {os.getpid()}"] * 2
-    assert set(holders()) <= {"unlocked", "gone"}  # a closed reader holds nothing (SQLite removes what it can)
+    first, body, (data_before, builds_before), revoked, unchanged, changed, data_after = asyncio.run(run())
+    assert first is not None and first.revoked_us is None
+    assert json.loads(body)["cpu_seconds"] == 5
+    assert revoked is not None and revoked.revoked_us == 1  # not the row cached before the other process's commit
+    assert unchanged == builds_before  # a commit to the tokens alone keeps the builds read
+    assert json.loads(changed) == {"changed": 1}
+    assert None not in (data_before, data_after) and data_after != data_before

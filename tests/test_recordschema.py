@@ -10,9 +10,9 @@ import jsonschema_rs
 import msgspec
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_writes import write_record
+from test_transaction import write_record
 
-from buildreport.ingest import check_time
+from buildreport.imports.files import check_time
 from buildreport.ingestion import check_write_record, decode_record, record_conflict
 from buildreport.models import BuildRecord, BuildStatus
 from buildreport.recordschema import record_schemas

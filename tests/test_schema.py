@@ -12,10 +12,12 @@ import pytest
 from conftest import buildreport_command, record, write_jsonl
 from records import WITHOUT_STATS_COLUMNS, WITHOUT_TAG_FIGURES, version_before
 
-from buildreport.ingest import ImportFailed, import_files
+from buildreport.imports.files import ImportFailed
+from buildreport.imports.load import import_files
 from buildreport.models import Build
-from buildreport.store.sqlite.schema import DEFERRED_INDEXES, SCHEMA_VERSION, open_database
-from buildreport.store.writer import body_hash
+from buildreport.store.build_rows import body_hash
+from buildreport.store.sqlite.bulk import DEFERRED_INDEXES
+from buildreport.store.sqlite.schema import SCHEMA_VERSION, open_database
 
 STATUS_MIGRATION = 2  # the version whose builds carry `status` beside `build_status`
 

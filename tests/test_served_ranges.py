@@ -10,7 +10,7 @@ from conftest import Env, auth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from buildreport.ingest import LATEST_US, check_time
+from buildreport.imports.files import LATEST_US, check_time
 from buildreport.models import (
     MAX_CPU_COUNT,
     MAX_CPU_SECONDS,

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from conftest import record
-from test_writes import records, write_record
+from test_transaction import records, write_record
 
 from buildreport.events.models import EventType, HookFormat
 from buildreport.store import hooks, open_database
-from buildreport.store.writes import WriteConflicts, write_with_events
+from buildreport.store.transaction import WriteConflicts, write_with_events
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_old_events_are_dropped_with_their_deliveries_in_batches(conn) -> None:
 def test_an_import_makes_no_events(conn, tmp_path: Path) -> None:
     from conftest import write_jsonl
 
-    from buildreport.ingest import import_files
+    from buildreport.imports.load import import_files
 
     import_files(conn, [write_jsonl(tmp_path / "i.jsonl", [record(1, build_status="build_failed")])], 1_000)
     assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0
@@ -123,7 +123,7 @@ def test_an_import_makes_no_events(conn, tmp_path: Path) -> None:
 def test_an_import_with_events_makes_them_in_order(conn, tmp_path: Path) -> None:
     from conftest import write_jsonl
 
-    from buildreport.ingest import import_files
+    from buildreport.imports.load import import_files
 
     add(conn)
     lines = [record(1, build_status="built"), record(2, build_status="build_failed"), record(3, account="globex"),

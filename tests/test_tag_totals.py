@@ -19,11 +19,11 @@ from test_totals import ORIGIN, SLOW_AND_FIXTURE, build_strategy, to_record, to_
 
 from buildreport.app import create_app
 from buildreport.filters import BuildFilter
-from buildreport.ingest import import_files
+from buildreport.imports.load import import_files
 from buildreport.models import BuildStatus
 from buildreport.store import open_database, queries, tag_totals
 from buildreport.store.reader import merge_summary_rows
-from buildreport.store.writes import WriteSession
+from buildreport.store.transaction import WriteSession
 from buildreport.times import to_us
 
 KEYS = ("project", "run")
@@ -129,7 +129,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_imports(fresh_db, batches
 
 class WritesInThisProcess:
     """The server's writes done in this process (a write process would not see the patched thresholds); what
-    they write is the same, see test_write_process.py for the process itself."""
+    they write is the same, see test_writer_process.py for the process itself."""
 
     def __init__(self, db: object) -> None:
         self.session = WriteSession(db)

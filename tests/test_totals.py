@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from test_day_figures import kept_days, plain_days
 
 from buildreport.filters import BuildFilter
-from buildreport.ingest import ImportFailed, import_files
+from buildreport.imports.files import ImportFailed
+from buildreport.imports.load import import_files
 from buildreport.models import BuildStatus
 from buildreport.store import open_database, queries
 from buildreport.store.reader import merge_summary_rows

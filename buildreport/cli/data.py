@@ -32,8 +32,8 @@ MAX_SAMPLE_DAYS = 36_500
 @click.option("--events", is_flag=True, help="Derive events (and send webhooks) as if the builds were sent now.")
 def import_command(db: str, files: tuple[Path, ...], events: bool) -> None:
     """Import builds from JSON Lines files (plain or .gz), all or nothing."""
-    from buildreport.import_reader import ReadingStopped
-    from buildreport.ingest import ImportFailed
+    from buildreport.imports.files import ImportFailed
+    from buildreport.imports.reader import ReadingStopped
 
     conn = open_db(db)
     try:
@@ -78,7 +78,7 @@ def migrate_command(source: str, target: str) -> None:
 
 
 def _import_with_progress(conn, files: list[Path], transform=None, events=False):  # type: ignore[no-untyped-def]
-    from buildreport.ingest import import_files
+    from buildreport.imports.load import import_files
 
     total_bytes = sum(f.stat().st_size for f in files if f.is_file())
     if not sys.stderr.isatty() or total_bytes < 8 * 1024 * 1024:

@@ -34,7 +34,7 @@ def _size(count: int) -> str:
 @click.option("--gzip", is_flag=True, help="Compress the archive with gzip.")
 def backup_command(db: str, to: Path, gzip: bool) -> None:
     """Copy a live SQLite database, its tokens and signing key into one checked archive."""
-    from buildreport.store.sqlite.backup import backup
+    from buildreport.store import backup
 
     _sqlite_only(db)
     written = backup(Path(db), to, gzip=gzip)
@@ -51,7 +51,7 @@ def backup_command(db: str, to: Path, gzip: bool) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing database (never one a server has open).")
 def restore_command(db: str, source: Path, force: bool) -> None:
     """Put a backup in place as the database, after checking it; refuses a database in use."""
-    from buildreport.store.sqlite.backup import restore
+    from buildreport.store import restore
 
     _sqlite_only(db)
     restored = restore(source, Path(db), force=force)

@@ -32,7 +32,7 @@ from buildreport.signing import LinkSigner
 from buildreport.store import engine_errors
 from buildreport.store.errors import DatabaseError
 from buildreport.store.hooks import Claimed, claim, delivered, drop_old_events, give_up, retry_later
-from buildreport.store.writes import WriteSession
+from buildreport.store.transaction import WriteSession
 from buildreport.times import US_PER_SECOND, now_us
 
 log = logging.getLogger("buildreport.events")

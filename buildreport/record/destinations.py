@@ -47,7 +47,7 @@ class DatabaseSink:
 
     def write_all(self, records: list[BuildRecord]) -> None:
         from buildreport.store import engine_errors, engine_message
-        from buildreport.store.writes import WriteConflicts, write_records
+        from buildreport.store.transaction import WriteConflicts, write_records
 
         with self.lock:
             try:

@@ -11,6 +11,7 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from buildreport.store.errors import DatabaseError
@@ -72,24 +73,24 @@ def connect(db: str) -> Any:
 
 
 def bulk_write(conn: Any) -> AbstractContextManager[None]:
-    """Around one large write transaction: SQLite's settings for it (sqlite.schema.bulk_write); PostgreSQL
+    """Around one large write transaction: SQLite's settings for it (sqlite.bulk.bulk_write); PostgreSQL
     needs none."""
     if getattr(conn, "engine", None) == "postgresql":
         return nullcontext()
-    from buildreport.store.sqlite.schema import bulk_write as sqlite_bulk_write
+    from buildreport.store.sqlite.bulk import bulk_write as sqlite_bulk_write
 
     return sqlite_bulk_write(conn)
 
 
 def deferred_indexes(conn: Any, *, beside_reader: bool = False) -> AbstractContextManager[None]:
     """Inside a large write's transaction: indexes the writes do not read are made once, after them, when the
-    database had no builds (sqlite.schema.deferred_indexes); PostgreSQL keeps its indexes up as it writes.
+    database had no builds (sqlite.bulk.deferred_indexes); PostgreSQL keeps its indexes up as it writes.
     `beside_reader`: the rows come from a reading process (store.fresh_load), and fewer indexes wait."""
     if getattr(conn, "engine", None) == "postgresql":
         return nullcontext()
-    from buildreport.store.sqlite import schema
+    from buildreport.store.sqlite import bulk
 
-    return schema.deferred_indexes(conn, schema.DEFERRED_BESIDE_READER if beside_reader else schema.DEFERRED_INDEXES)
+    return bulk.deferred_indexes(conn, bulk.DEFERRED_BESIDE_READER if beside_reader else bulk.DEFERRED_INDEXES)
 
 
 def loads_fresh(conn: Any) -> bool:
@@ -97,7 +98,7 @@ def loads_fresh(conn: Any) -> bool:
     rows into a SQLite database with no builds (on PostgreSQL every import goes through the writer)."""
     if getattr(conn, "engine", None) == "postgresql":
         return False
-    from buildreport.store.sqlite.schema import holds_builds
+    from buildreport.store.sqlite.bulk import holds_builds
 
     return not holds_builds(conn)
 
@@ -124,14 +125,26 @@ async def open_reader(db: str, read_dbs: Sequence[str] = ()) -> Reader:
     return await SqliteReader.open(db)
 
 
+def backup(db: str | Path, to: Path, *, gzip: bool = False) -> Any:
+    """Copy a live SQLite database with its tokens and signing key into one checked archive (sqlite.backup)."""
+    from buildreport.store.sqlite.backup import backup as sqlite_backup
+
+    return sqlite_backup(Path(db), to, gzip=gzip)
+
+
+def restore(source: Path, db: str | Path, *, force: bool = False) -> Any:
+    """Put a backup archive in place as the SQLite database `db`, checked first (sqlite.backup)."""
+    from buildreport.store.sqlite.backup import restore as sqlite_restore
+
+    return sqlite_restore(source, Path(db), force=force)
+
+
 def exists(db: str) -> bool:
     """Whether a buildreport database is there already (a file, or buildreport's tables in PostgreSQL)."""
     if is_postgres(db):
         from buildreport.store.postgres.schema import holds_buildreport
 
         return bool(_postgres(lambda: holds_buildreport(str(db)), db))
-    from pathlib import Path
-
     return Path(db).exists()
 
 

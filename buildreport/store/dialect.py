@@ -9,10 +9,6 @@ import msgspec
 
 class Dialect(msgspec.Struct, frozen=True):
     name: str
-    # The stored JSON of a page's builds joined into one array, in the page's order (`k1`, `k2` descending).
-    body_array: str
-    # The pages' body digests joined with commas, in the same order.
-    hash_list: str
     # A build's derivation name (stats.derivation_name: `/nix/store/<hash>-hello-2.12.drv` gives `hello-2.12`), from
     # `derivation_path`; the index `builds_by_name` is over this very expression.
     derivation_name: str = ""
@@ -35,17 +31,12 @@ def _sqlite_derivation_name() -> str:
 
 SQLITE = Dialect(
     name="sqlite",
-    body_array="CAST('[' || group_concat(body, ',') || ']' AS BLOB)",
-    hash_list="group_concat(body_hash)",
     derivation_name=_sqlite_derivation_name(),
     system="body ->> '$.system'",
 )
 
-# Aggregates in PostgreSQL keep no input order of their own: it is asked for.
 POSTGRESQL = Dialect(
     name="postgresql",
-    body_array="'['::bytea || coalesce(string_agg(body, ','::bytea ORDER BY k1 DESC, k2 DESC), '') || ']'::bytea",
-    hash_list="string_agg(body_hash::text, ',' ORDER BY k1 DESC, k2 DESC)",
     derivation_name=(
         r"regexp_replace(regexp_replace(regexp_replace(derivation_path, '^.*/', ''), '\.drv$', ''),"
         r" '^[^-]*-(.+)$', '\1')"

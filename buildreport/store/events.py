@@ -17,7 +17,7 @@ import msgspec
 from buildreport.events.derive import Rules, SeriesState, derive, series_of
 from buildreport.events.models import EventType, Series, StoredEvent
 from buildreport.models import BuildStatus
-from buildreport.store.writer import Change
+from buildreport.store.build_rows import Change
 from buildreport.times import from_us
 
 # Derivation names one read of series states names at most.

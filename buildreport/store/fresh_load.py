@@ -2,11 +2,10 @@
 
 In such a database every record of an import is a new build (an import names each build once), so nothing
 stored needs reading before a row is made: the reading process makes each build's row as the writer would
-(`writer.Row`) and adds up the totals of tag pairs (`TagTotals`), while this side inserts the rows as they
+(`build_rows.Row`) and adds up the totals of tag pairs (`TagTotals`), while this side inserts the rows as they
 arrive (`FreshLoad`) with their tag rows, adds up the other totals (`BuildTotals`), keeps restart links
 two-way as the writer does, and writes the totals once at the end. The work is split so that each process
-keeps a core about equally busy: a million builds in 22.7-23.0 s (three runs), against 54 s through the
-writer alone.
+keeps a core about equally busy, at less than half the time of the writer alone (bench/store.md).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import msgspec
 
 from buildreport.models import BILLABLE
 from buildreport.store import day_figures, tag_totals
+from buildreport.store.build_rows import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS
 from buildreport.store.links import Conflict, LinkEnds, link_peers
 from buildreport.store.queries import US_PER_DAY, US_PER_HOUR
 from buildreport.store.totals import (
@@ -27,7 +27,6 @@ from buildreport.store.totals import (
     recompute_totals,
     refuse_oversized,
 )
-from buildreport.store.writer import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS
 
 # Past this many (tag pair, day, status) the reading process stops adding up totals per tag pair, and they are
 # computed from the stored tag rows at the end instead. Each costs it some 300 bytes; a million builds of the
@@ -147,9 +146,8 @@ _TAG_DAILY = (
     "INSERT INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds, duration_us,"
     " nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-# A batch's tag rows, as Row.tag_values makes them, read by SQLite from the builds' JSON just inserted: a
-# million builds' 3.8 million tag rows cost 4.6 s of binding alone as parameters, and as much again to send
-# them from the reading process.
+# A batch's tag rows, as Row.tag_values makes them, read by SQLite from the builds' JSON just inserted:
+# binding millions of tag rows as parameters, and sending them from the reading process, would cost more.
 _TAGS_OF_BUILDS = (
     "INSERT INTO build_tags (account_id, key, value, create_us, build_id, status, cpu_seconds, duration_text,"
     " queue_text) SELECT b.account_id, t.key, t.value, b.create_us, b.build_id, b.status, b.cpu_seconds,"

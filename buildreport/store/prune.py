@@ -20,9 +20,9 @@ import msgspec
 
 from buildreport.models import BILLABLE
 from buildreport.store import is_postgres
+from buildreport.store.build_writer import BuildWriter
 from buildreport.store.errors import DatabaseError
 from buildreport.store.queries import US_PER_DAY, Query, in_list
-from buildreport.store.writer import BuildWriter
 
 # Builds a batch removes at most. At most this many hours are touched, below FULL_RECOMPUTE_THRESHOLD: a batch
 # keeps its figures by differences, never recomputing an account's totals.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -227,9 +227,8 @@ BUSY_TIMEOUT_MS = 10_000
 # foreign keys, and a page cache large enough for the hot part of the indexes.
 #
 # No memory map: lists and exports read newest first, so they walk the file backwards, and a page fault
-# reads one page with no read-ahead. On a file the kernel no longer caches, 100,000 builds newest first
-# took 28.6 s through a map and 2.6 s with reads (0.2 s oldest first, either way); with the pages
-# cached, the two are alike.
+# reads one page with no read-ahead, ten times slower than reads on a file the kernel no longer caches
+# (bench/store.md).
 CONNECTION_PRAGMAS = (
     f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",
     "PRAGMA foreign_keys = ON",
@@ -244,69 +243,7 @@ def configure(conn: sqlite3.Connection) -> None:
         conn.execute(pragma)
 
 
-# A large write touches every index page; a page cache of up to 1 GiB keeps them in memory for its connection.
-BULK_CACHE_KIB = 1024 * 1024
-
-
-@contextlib.contextmanager
-def bulk_write(conn: sqlite3.Connection) -> Iterator[None]:
-    """Around one large write transaction (an import).
-
-    Into a database that holds no builds yet and that no other connection has open, the transaction goes
-    through a rollback journal (synchronous FULL) instead of the write-ahead log. A rollback journal keeps
-    the old content of the pages a transaction changes, and a database with no builds has next to none: the
-    new pages are written once, into the database file, where the log writes them all and a checkpoint then
-    copies them into the database. A million builds imported in 55 s rather than 64 s. A database with
-    builds keeps the log, whose readers go on reading while the import writes. WAL is set again after.
-    """
-    conn.execute(f"PRAGMA cache_size = -{BULK_CACHE_KIB}")
-    journal = not holds_builds(conn) and _journal(conn, "delete", 0)
-    if journal:
-        conn.execute("PRAGMA synchronous = FULL")  # a power cut leaves the database whole, as with the log
-    try:
-        yield
-    finally:
-        configure(conn)
-        if journal:
-            # A connection that opened the file since may hold it for a moment. Should the switch not take,
-            # the database is whole all the same, and the next open_database sets WAL.
-            _journal(conn, "wal", BUSY_TIMEOUT_MS)
-
-
-# Indexes of builds that an import's writes never read (they look builds up by id and source id). Kept up
-# row by row, a million builds in random derivation order cost the import more than making them once, from
-# the sorted rows, after the last build is in: 55.2 s against 52.5 s, of which 5.0 s making them.
-DEFERRED_INDEXES = ("builds_by_time", "builds_by_derivation", "builds_by_stop", "builds_for_stats", "builds_by_name")
-# When a reading process prepares the rows (store.fresh_load), the inserting process has time to spare while it
-# waits for them: it keeps up the indexes whose keys arrive in about the order they sort (times of creation and
-# stop) as it goes, and makes only the one in derivation order at the end. A million builds (median of three
-# runs): 22.9 s, against 25.4 s with all four made at the end and 25.0 s with none.
-DEFERRED_BESIDE_READER = ("builds_by_derivation", "builds_by_name")  # the name index is in name order too
-
-
-@contextlib.contextmanager
-def deferred_indexes(conn: sqlite3.Connection, names: tuple[str, ...] = DEFERRED_INDEXES) -> Iterator[None]:
-    """Inside an import's transaction into a database with no builds: the block writes its builds without the
-    indexes `names`, which are made again when it ends. A block that raises leaves them to the rollback."""
-    if holds_builds(conn):
-        yield
-        return
-    marks = ",".join("?" * len(names))
-    made = conn.execute(
-        f"SELECT name, sql FROM sqlite_master WHERE type = 'index' AND name IN ({marks})", names
-    ).fetchall()
-    for name, _ in made:
-        conn.execute(f'DROP INDEX "{name}"')  # a name from the lists above, never from input
-    yield
-    for _, sql in made:
-        conn.execute(sql)
-
-
-def holds_builds(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM builds LIMIT 1").fetchone() is not None
-
-
-def _journal(conn: sqlite3.Connection, mode: str, wait_ms: int) -> bool:
+def set_journal(conn: sqlite3.Connection, mode: str, wait_ms: int) -> bool:
     """Switch the database's journal mode; False when another connection holds the file open."""
     conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
     try:
@@ -344,7 +281,7 @@ def migrate(
     app_id: int = APPLICATION_ID,
 ) -> None:
     """Bring the schema up to date, each step in its own transaction."""
-    from buildreport.store.writer import body_hash  # the digest stored beside each build's JSON
+    from buildreport.store.build_rows import body_hash  # the digest stored beside each build's JSON
 
     conn.create_function("buildreport_body_hash", 1, body_hash, deterministic=True)
     conn.create_aggregate("buildreport_day_figures", 3, day_figures.Aggregate)
@@ -356,9 +293,9 @@ def migrate(
         if version < latest:
             conn.execute("PRAGMA journal_mode = WAL")
         else:
-            # An import into it runs with a rollback journal (see bulk_write) and sets WAL when done; this sets it
+            # An import into it runs with a rollback journal (see bulk.bulk_write) and sets WAL when done; this sets it
             # if that import could not, and leaves it to the import while it runs.
-            _journal(conn, "wal", 0)
+            set_journal(conn, "wal", 0)
     while version < latest:
         conn.execute("BEGIN IMMEDIATE")
         try:

@@ -1,4 +1,5 @@
-"""Import of JSON Lines: every record is validated before the one transaction that writes them commits."""
+"""JSON Lines files of build records: opened (plain or gzip), decoded and checked record by record, every
+problem named by file and line; nothing here writes."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ import gzip
 import io
 import os
 import re
-import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -16,9 +16,6 @@ import msgspec
 
 from buildreport.jsoncheck import depth_reason, duplicate_key, duplicate_reason, too_deep
 from buildreport.models import UNFINISHED, ImportRecord
-from buildreport.store import Connection, after_bulk_write, bulk_write, deferred_indexes, loads_fresh
-from buildreport.store.fresh_load import FreshLoad
-from buildreport.store.writer import BuildWriter, WriteStats
 from buildreport.times import to_us
 
 _DECODER = msgspec.json.Decoder(ImportRecord)
@@ -29,16 +26,10 @@ LATEST_US = to_us(datetime(9899, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC))
 ZERO = timedelta(0)
 MAX_REPORTED_ERRORS = 1000
 GZIP_TRAILER = 18  # the smallest gzip file: header and trailer
-# From this many bytes of JSON Lines, an import into a database with no builds reads in a second process.
-# Starting it costs some 0.2 s: 8 MiB (8,856 builds) took 0.42 s that way and 0.37 s in one process, 16 MiB
-# (17,732 builds) 0.72 s against 0.79 s.
-TWO_PROCESS_BYTES = 16 * 1024 * 1024
-EVENTS_BATCH = 2000  # builds written whose events are made together (an import with --events)
 
 
 # Untracked by the garbage collector: an import keeps one per build (to name a repeated build_id), and a
-# million tracked ones made its collections take 15% of a million-build import (from an uncompressed file,
-# 107.9 s, now 91.6 s).
+# million tracked ones made its collections a sixth of the import's time (bench/store.md).
 class Location(msgspec.Struct, frozen=True, gc=False):
     file: str
     line: int
@@ -63,12 +54,6 @@ class ImportFailed(Exception):
         super().__init__(f"{total} invalid record{'s' if total != 1 else ''}; nothing was imported")
         self.errors = errors
         self.total = total
-
-
-class ImportResult(msgspec.Struct):
-    records: int
-    stats: WriteStats
-    seconds: float
 
 
 def lines_size(path: Path) -> int:
@@ -214,111 +199,3 @@ def _read_error(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"cannot be read: {exc.strerror}"
     return f"cannot be read: {exc or type(exc).__name__}"
-
-
-def _refuse_if(errors: list[RecordError], unreported: int = 0) -> None:
-    if errors:
-        raise ImportFailed(errors[:MAX_REPORTED_ERRORS], len(errors) + unreported)
-
-
-def import_files(
-    conn: Connection,
-    paths: list[Path],
-    now_us: int,
-    on_progress: Callable[[int], None] | None = None,
-    transform: Callable[[ImportRecord], ImportRecord] | None = None,
-    events: bool = False,
-) -> ImportResult:
-    """Import every file in one transaction; on any bad record nothing is written and ImportFailed is raised.
-    With `events`, the builds make their events (and webhook deliveries) as if they were sent one by one."""
-    for path in paths:
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file")
-    started = time.perf_counter()
-    errors: list[RecordError] = []
-    with bulk_write(conn):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            fresh = transform is None and not events and loads_fresh(conn)
-            if fresh and sum(map(lines_size, paths)) >= TWO_PROCESS_BYTES:
-                count, stats = _import_fresh(conn, paths, now_us, errors, on_progress)
-            else:
-                count, stats = _import(conn, paths, now_us, errors, on_progress, transform, events)
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-    after_bulk_write(conn, stats.created + stats.updated)
-    return ImportResult(records=count, stats=stats, seconds=time.perf_counter() - started)
-
-
-def _conflicts_into(errors: list[RecordError]) -> Callable[[object, str, str], None]:
-    def conflict(location: object, field: str, reason: str) -> None:
-        errors.append(RecordError(location, field, reason))  # type: ignore[arg-type]
-
-    return conflict
-
-
-def _import(
-    conn: Connection,
-    paths: list[Path],
-    now_us: int,
-    errors: list[RecordError],
-    on_progress: Callable[[int], None] | None,
-    transform: Callable[[ImportRecord], ImportRecord] | None,
-    events: bool = False,
-) -> tuple[int, WriteStats]:
-    """Every record through the writer, in this process: (records read, what was written)."""
-    writer = BuildWriter(conn, _conflicts_into(errors), now_us, keep_changes=events)
-    names: dict[int, str] = {}  # accounts by id, for their events
-    count = 0
-    with deferred_indexes(conn):
-        for location, record in read_records(paths, errors):
-            count += 1
-            if not errors:
-                record = transform(record) if transform is not None else record
-                writer.add(location, record)
-                if events:
-                    names.setdefault(writer.account_id(record.account), record.account)
-                    if len(writer.changes or ()) >= EVENTS_BATCH:
-                        _record_events(conn, writer, names, now_us)
-            if on_progress is not None and count % 1000 == 0:
-                on_progress(count)
-        if not errors:
-            writer.flush()  # every build is in before the indexes are made and the totals read them
-            if events:
-                _record_events(conn, writer, names, now_us)
-        _refuse_if(errors)
-    writer.finish()
-    _refuse_if(errors)
-    return count, writer.stats
-
-
-def _record_events(conn: Connection, writer: BuildWriter, names: dict[int, str], now_us: int) -> None:
-    """The events of the builds the writer wrote since the last call, account by account, in write order."""
-    from buildreport.store.events import record_events
-    from buildreport.store.writes import DEFAULT_RULES
-
-    changes, writer.changes = writer.changes or [], []
-    by_account: dict[int, list] = {}
-    for change in changes:
-        by_account.setdefault(change.row.account_id, []).append(change)
-    for account_id, written in by_account.items():
-        record_events(conn, names[account_id], account_id, written, now_us, DEFAULT_RULES)
-
-
-def _import_fresh(
-    conn: Connection,
-    paths: list[Path],
-    now_us: int,
-    errors: list[RecordError],
-    on_progress: Callable[[int], None] | None,
-) -> tuple[int, WriteStats]:
-    """Into a database with no builds: records are read in a process of their own (import_reader)."""
-    from buildreport import import_reader
-
-    load = FreshLoad(conn, _conflicts_into(errors), now_us)
-    with deferred_indexes(conn, beside_reader=True):
-        count, unreported = import_reader.load(load, paths, errors, on_progress)
-        _refuse_if(errors, unreported)
-    return count, WriteStats(created=load.created)

@@ -1,5 +1,5 @@
-"""The one writer of builds, for `import` and `POST /builds` alike: upserts builds, their tags and logs,
-keeps restart links two-way and the kept totals in step.
+"""The one writer of builds, for `import`, `POST /builds` and the recorders alike: upserts builds, their tags
+and logs, keeps restart links two-way and the kept totals in step.
 
 It runs inside a transaction the caller owns; a conflict is reported, not raised, so that one
 import or request can name every bad record before the caller rolls everything back.
@@ -12,16 +12,30 @@ that would do that is older news, ignored and counted as unchanged.
 from __future__ import annotations
 
 import sqlite3
-import zlib
 from collections.abc import Sequence
-from datetime import UTC
-from typing import Any
 
 import msgspec
 
-from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus, ImportRecord
+from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus
 from buildreport.store import day_figures
-from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW, Conflict, LinkEnds, body_hash, link_peers, set_link
+from buildreport.store.build_rows import (
+    BATCH_SIZE,
+    MAX_BUILD_ID,
+    STORED_JSON,
+    UPSERT_BUILDS,
+    UPSERT_LOGS,
+    UPSERT_TAGS,
+    AnyRecord,
+    Change,
+    PackedLog,
+    Row,
+    StoredBuild,
+    WriteStats,
+    builds_by_source,
+    pack_log,
+    to_build,
+)
+from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW, Conflict, link_peers, set_link
 from buildreport.store.tag_totals import TagTouches
 from buildreport.store.totals import (
     DAILY,
@@ -36,200 +50,6 @@ from buildreport.store.totals import (
     recompute_totals,
     refuse_oversized,
 )
-from buildreport.times import to_us
-
-MAX_BUILD_ID = 2**63 - 1
-_BUILD_FIELD_COUNT = len(Build.__struct_fields__)
-_STATUS_AT = Build.__struct_fields__.index("build_status")  # `status`, its alias, follows it
-assert Build.__struct_fields__[_STATUS_AT + 1] == "status"
-_ENCODER = msgspec.json.Encoder()
-# Stored JSON is read back as plain data: a row written before a range was narrowed still re-imports.
-_STORED = msgspec.json.Decoder(dict[str, Any])
-# SQLite allows 32766 variables a statement; a batch stays well below it.
-BATCH_SIZE = 2000
-
-AnyRecord = ImportRecord | BuildRecord
-PackedLog = tuple[bytes, int]  # (zlib-compressed text, size of the text in bytes)
-
-
-def pack_log(text: str | None) -> PackedLog | None:
-    """A log as stored; callers that hold a write lock pack logs before taking it."""
-    if text is None:
-        return None
-    raw = text.encode()
-    return zlib.compress(raw, 6), len(raw)
-
-
-class WriteStats(msgspec.Struct):
-    created: int = 0
-    updated: int = 0
-    unchanged: int = 0
-
-
-class Row(msgspec.Struct):
-    """What the builds table holds for one build, derived once: its columns, JSON, tags and log."""
-
-    location: object
-    account_id: int
-    build: Build
-    source_id: str | None
-    body: bytes
-    create_us: int
-    start_us: int
-    duration_us: int | None
-    log: bytes | None  # compressed
-    log_size: int
-    duration_text: str | None  # the numbers as the JSON writes them, for the columns statistics read
-    queue_text: str | None
-    status: str
-    nar_size_bytes: int  # of all its outputs
-
-    @classmethod
-    def of(cls, location: object, account_id: int, build: Build, log: PackedLog | None, source_id: str | None) -> Row:
-        return cls(
-            location=location,
-            account_id=account_id,
-            build=build,
-            source_id=source_id,
-            body=_ENCODER.encode(build),
-            create_us=to_us(build.create_time),
-            start_us=to_us(build.start_time),
-            duration_us=round(build.duration_seconds * 1_000_000) if build.duration_seconds is not None else None,
-            log=log[0] if log is not None else None,
-            log_size=log[1] if log is not None else 0,
-            duration_text=_number_text(build.duration_seconds),
-            queue_text=_number_text(build.queue_time_seconds),
-            status=build.build_status.value,
-            nar_size_bytes=sum(o.nar_size_bytes for o in build.outputs),
-        )
-
-    @property
-    def stop_us(self) -> int | None:
-        return self.start_us + self.duration_us if self.duration_us is not None else None
-
-    def values(self) -> tuple:
-        """The builds row, in the order of BUILD_COLUMNS."""
-        b = self.build
-        return (
-            b.build_id,
-            self.account_id,
-            self.create_us,
-            self.start_us,
-            self.duration_us,
-            self.stop_us,
-            self.status,
-            b.cpu_seconds,
-            self.nar_size_bytes,
-            b.derivation_path,
-            b.restart_of_build_id,
-            b.restarted_as_build_id,
-            self.body,
-            body_hash(self.body),
-            self.source_id,
-            self.duration_text,
-            self.queue_text,
-        )
-
-    def tag_values(self) -> list[tuple]:
-        """Its rows of build_tags: each tag with the figures statistics by tag read, as the build's columns
-        hold them."""
-        b = self.build
-        return [
-            (self.account_id, k, v, self.create_us, b.build_id, self.status, b.cpu_seconds, self.duration_text,
-             self.queue_text)
-            for k, v in b.tags.items()
-        ]
-
-    def log_values(self) -> tuple[int, int, bytes | None]:
-        return self.build.build_id, self.log_size, self.log
-
-    def links(self, strict: bool = False) -> LinkEnds:
-        b = self.build
-        return LinkEnds(
-            self.location, self.account_id, b.build_id, b.restart_of_build_id, b.restarted_as_build_id, strict
-        )
-
-
-class Change(msgspec.Struct):
-    """A build as written, and its status before (None: it is new)."""
-
-    row: Row
-    before: str | None
-
-
-def _number_text(value: float | None) -> str | None:
-    """A number as the build's JSON writes it, for the columns statistics read (see schema.py)."""
-    return None if value is None else _ENCODER.encode(value).decode()
-
-
-class _Existing(msgspec.Struct):
-    account_id: int
-    create_us: int
-    stop_us: int | None
-    restart_of: int | None
-    restarted_as: int | None
-    body: bytes
-    status: str
-    source_id: str | None
-    start_us: int
-    duration_us: int | None
-    cpu_seconds: int
-    nar_size_bytes: int
-    duration_text: str | None
-    queue_text: str | None
-
-
-# The columns of a builds row, in the order of Row.values.
-BUILD_COLUMNS = (
-    "build_id", "account_id", "create_us", "start_us", "duration_us", "stop_us", "status", "cpu_seconds",
-    "nar_size_bytes", "derivation_path", "restart_of_build_id", "restarted_as_build_id", "body", "body_hash",
-    "source_id", "duration_text", "queue_text",
-)
-UPSERT_BUILDS = f"""
-INSERT INTO builds ({", ".join(BUILD_COLUMNS)})
-VALUES ({", ".join("?" * len(BUILD_COLUMNS))})
-ON CONFLICT (build_id) DO UPDATE SET
-    create_us = excluded.create_us, start_us = excluded.start_us, duration_us = excluded.duration_us,
-    stop_us = excluded.stop_us, status = excluded.status, cpu_seconds = excluded.cpu_seconds,
-    nar_size_bytes = excluded.nar_size_bytes, derivation_path = excluded.derivation_path,
-    restart_of_build_id = excluded.restart_of_build_id, restarted_as_build_id = excluded.restarted_as_build_id,
-    body = excluded.body, body_hash = excluded.body_hash, source_id = coalesce(excluded.source_id, builds.source_id),
-    duration_text = excluded.duration_text, queue_text = excluded.queue_text
-"""
-
-UPSERT_LOGS = (
-    "INSERT INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)"
-    " ON CONFLICT (build_id) DO UPDATE SET size_bytes = excluded.size_bytes, zlib = excluded.zlib"
-)
-UPSERT_TAGS = (
-    "INSERT INTO build_tags (account_id, key, value, create_us, build_id, status, cpu_seconds, duration_text,"
-    " queue_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, key, value, create_us, build_id)"
-    " DO UPDATE SET status = excluded.status, cpu_seconds = excluded.cpu_seconds,"
-    " duration_text = excluded.duration_text, queue_text = excluded.queue_text"
-)
-
-
-def builds_by_source(account_id: int, sources: Sequence[str]) -> tuple[str, list[object]]:
-    """The build ids of an account's source ids, one lookup each in the partial unique index on them.
-
-    `source_id IN (...)` implies that it is not null, which lets the index serve it; an explicit `IS NOT NULL`
-    made SQLite read every source id of the account instead (18.5 ms a batch of 500 at 161,500 of them)."""
-    marks = ",".join("?" * len(sources))
-    return f"SELECT source_id, build_id FROM builds WHERE account_id = ? AND source_id IN ({marks})", [
-        account_id, *sources
-    ]
-
-
-def to_build(record: AnyRecord, build_id: int, restart_of: int | None) -> Build:
-    """The Build part of a record (its leading fields) with its ids resolved and its times in UTC."""
-    fields = msgspec.structs.astuple(record)[:_BUILD_FIELD_COUNT]
-    status = record.build_status if record.build_status is not msgspec.UNSET else record.status
-    build = Build(build_id, *fields[1:_STATUS_AT], status, status, *fields[_STATUS_AT + 2 :])
-    build.restart_of_build_id = restart_of
-    if build.create_time.tzinfo is not UTC or build.start_time.tzinfo is not UTC:
-        build.create_time = build.create_time.astimezone(UTC)
-        build.start_time = build.start_time.astimezone(UTC)
-    return build
 
 
 class _Item(msgspec.Struct):
@@ -413,7 +233,7 @@ class BuildWriter:
             self._accounts[name] = int(account_id)
         return self._accounts[name]
 
-    def _existing(self, ids: Sequence[int]) -> dict[int, _Existing]:
+    def _existing(self, ids: Sequence[int]) -> dict[int, StoredBuild]:
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
@@ -424,7 +244,7 @@ class BuildWriter:
             f" WHERE build_id IN ({marks})",
             list(ids),
         ).fetchall()
-        return {row[0]: _Existing(*row[1:]) for row in rows}
+        return {row[0]: StoredBuild(*row[1:]) for row in rows}
 
     def _sources(self, items: list[_Item]) -> dict[tuple[int, str], int]:
         """Build ids of every source id the batch names, per account."""
@@ -549,7 +369,7 @@ class BuildWriter:
         self._conn.executemany(UPSERT_LOGS, [row.log_values() for row in rows if row.log is not None])
         self._link_peers(rows, {item.build_id for item in items if item.strict})
 
-    def _prepare(self, item: _Item, old: _Existing | None) -> Row | None:
+    def _prepare(self, item: _Item, old: StoredBuild | None) -> Row | None:
         location, account_id, record = item.location, item.account_id, item.record
         build = to_build(record, item.build_id, item.restart_of)
         source = getattr(record, "source_id", None)
@@ -581,7 +401,7 @@ class BuildWriter:
             self.stats.updated += 1
         return row
 
-    def _merge_links(self, location: object, build: Build, old: _Existing) -> Build | None:
+    def _merge_links(self, location: object, build: Build, old: StoredBuild) -> Build | None:
         """Links already stored (set from the other side) are kept; a different link is a conflict."""
         links = {}
         for name, stored in (("restart_of_build_id", old.restart_of), ("restarted_as_build_id", old.restarted_as)):
@@ -592,7 +412,7 @@ class BuildWriter:
             links[name] = given if given is not None else stored
         return msgspec.structs.replace(build, **links)
 
-    def _note_new_links(self, location: object, account_id: int, build: Build, old: _Existing | None) -> None:
+    def _note_new_links(self, location: object, account_id: int, build: Build, old: StoredBuild | None) -> None:
         """A write record's links that are not stored yet, to be checked once the request is written."""
         stored_links = (None, None) if old is None else (old.restart_of, old.restarted_as)
         for name, stored in zip(("restart_of_build_id", "restarted_as_build_id"), stored_links, strict=True):
@@ -604,7 +424,7 @@ class BuildWriter:
         row = self._conn.execute("SELECT zlib FROM build_logs WHERE build_id = ?", (build_id,)).fetchone()
         return row is not None and row[0] == log
 
-    def _take_share(self, old: _Existing) -> None:
+    def _take_share(self, old: StoredBuild) -> None:
         """Take a stored build's share out of the kept totals and day figures: the old version of a build
         written again, or a build removed."""
         self._count(-1, old.account_id, old.status, old.create_us, old.start_us, old.duration_us,
@@ -613,11 +433,11 @@ class BuildWriter:
             -1, old.cpu_seconds, old.duration_text, old.queue_text
         )
 
-    def _take_tags(self, olds: list[tuple[int, _Existing]]) -> None:
+    def _take_tags(self, olds: list[tuple[int, StoredBuild]]) -> None:
         """Delete the tag rows of stored builds (build id, as stored) and take them out of the tag totals."""
         stale, stale_stats = [], []
         for build_id, old in olds:
-            old_tags = _STORED.decode(old.body).get("tags") or {}
+            old_tags = STORED_JSON.decode(old.body).get("tags") or {}
             figures = (old.status, old.cpu_seconds, old.duration_us, old.nar_size_bytes, old.start_us, old.stop_us)
             for k, v in old_tags.items():
                 stale.append((old.account_id, k, v, old.create_us, build_id))
@@ -650,7 +470,7 @@ class BuildWriter:
                     set_link(self._conn, peer_id, column, None)
         return len(existing)
 
-    def _write_tags(self, rows: list[Row], existing: dict[int, _Existing]) -> None:
+    def _write_tags(self, rows: list[Row], existing: dict[int, StoredBuild]) -> None:
         self._take_tags([(row.build.build_id, old) for row in rows if (old := existing.get(row.build.build_id))])
         fresh, fresh_stats = [], []
         for row in rows:

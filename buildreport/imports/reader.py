@@ -1,6 +1,6 @@
 """The reading process of a large import into a database with no builds (see store.fresh_load).
 
-It decodes and checks the records as every import does (ingest.read_records), makes their rows and adds up
+It decodes and checks the records as every import does (files.read_records), makes their rows and adds up
 their totals, and sends them over a pipe in batches, as MessagePack: the importing process only inserts
 them. It never opens the database. Should any record be bad it sends no more rows, reads on to name every
 bad record, and ends with them: the import writes nothing.
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import msgspec
 
-from buildreport.ingest import MAX_REPORTED_ERRORS, Location, RecordError, read_records
+from buildreport.imports.files import MAX_REPORTED_ERRORS, Location, RecordError, read_records
 from buildreport.lifeline import follow_parent_process
+from buildreport.store.build_rows import BATCH_SIZE, Row, pack_log, to_build
 from buildreport.store.fresh_load import FreshLoad, TagTotals, TagTotalsRows
-from buildreport.store.writer import BATCH_SIZE, Row, pack_log, to_build
 
 STOP_SECONDS = 10.0
 SENDS_AHEAD = 8  # batches of rows queued to be sent: some 16 MiB
@@ -108,7 +108,7 @@ def run(channel: Connection, paths: list[Path], accounts: dict[str, int]) -> Non
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     follow_parent_process()
     # Nothing here makes reference cycles, and the collector's passes over the objects a large import keeps
-    # in its totals cost it 1 s of 19 s (a million builds).
+    # in its totals would only cost time.
     gc.disable()
     encoder = msgspec.msgpack.Encoder()
     sender = _Sender(channel)
@@ -125,7 +125,7 @@ def run(channel: Connection, paths: list[Path], accounts: dict[str, int]) -> Non
 
 class _Sender:
     """Sends from a thread of its own, a few messages ahead: while the importing process inserts one batch,
-    the next ones wait in the pipe's queue and this process goes on reading (a send blocked it 5 s of 34)."""
+    the next ones wait in the pipe's queue and this process goes on reading instead of blocking on a send."""
 
     def __init__(self, channel: Connection) -> None:
         self._channel = channel

@@ -12,7 +12,8 @@ import msgspec
 import pytest
 from conftest import NOW, query, record, write_jsonl
 
-from buildreport.ingest import ImportFailed, Location, import_files
+from buildreport.imports.files import ImportFailed, Location
+from buildreport.imports.load import import_files
 from buildreport.models import Build
 from buildreport.store import open_database
 from buildreport.times import to_us

@@ -12,9 +12,9 @@ from conftest import record
 
 from buildreport.models import MAX_DURATION_SECONDS, BuildRecord, ImportRecord
 from buildreport.store import open_database
+from buildreport.store.build_writer import BuildWriter
 from buildreport.store.totals import MAX_ACCOUNT_TOTAL, OVERSIZED
-from buildreport.store.writer import BuildWriter
-from buildreport.store.writes import WriteConflicts, write_records
+from buildreport.store.transaction import WriteConflicts, write_records
 
 
 def write_record(source_id: str | None = None, **fields: Any) -> dict[str, Any]:

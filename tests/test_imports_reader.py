@@ -17,11 +17,14 @@ import pytest
 from conftest import buildreport_command, record, write_jsonl
 from test_fresh_load import contents, writer_path
 
-from buildreport import import_reader, ingest
-from buildreport.import_reader import ReadingStopped
-from buildreport.ingest import ImportFailed, import_files
+from buildreport.imports import files
+from buildreport.imports import load as ingest
+from buildreport.imports import reader as import_reader
+from buildreport.imports.files import ImportFailed
+from buildreport.imports.load import import_files
+from buildreport.imports.reader import ReadingStopped
 from buildreport.store import open_database
-from buildreport.store.writer import BATCH_SIZE
+from buildreport.store.build_rows import BATCH_SIZE
 
 NOW_US = 1_790_000_000_000_000
 
@@ -78,7 +81,7 @@ def test_every_bad_record_is_named_and_nothing_is_written(tmp_path, two_processe
     with pytest.raises(ImportFailed) as refused:
         import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], NOW_US)
     assert refused.value.total == len(range(100, len(records), 2))
-    assert len(refused.value.errors) == ingest.MAX_REPORTED_ERRORS
+    assert len(refused.value.errors) == files.MAX_REPORTED_ERRORS
     assert str(refused.value.errors[0]).endswith("a.jsonl:101: build_status: invalid enum value 'unknown'")
     assert conn.execute("SELECT count(*) FROM builds").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM accounts").fetchone() == (0,)
@@ -200,11 +203,11 @@ def test_the_size_that_decides_is_of_the_lines_a_file_holds(tmp_path):
     plain.write_bytes(lines)
     packed = tmp_path / "a.jsonl.gz"
     packed.write_bytes(gzip.compress(lines))
-    assert ingest.lines_size(plain) == ingest.lines_size(packed) == len(lines) > 3 * packed.stat().st_size
+    assert files.lines_size(plain) == files.lines_size(packed) == len(lines) > 3 * packed.stat().st_size
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(gzip.compress(lines)[:100])  # its last bytes are not gzip's size: never less than the file
-    assert ingest.lines_size(cut) >= 100
-    assert ingest.lines_size(tmp_path / "missing.jsonl") == 0
+    assert files.lines_size(cut) >= 100
+    assert files.lines_size(tmp_path / "missing.jsonl") == 0
 
 
 def test_a_large_file_given_as_standard_input_is_read_in_full(tmp_path):

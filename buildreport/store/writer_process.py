@@ -2,9 +2,8 @@
 
 A write is Python work (the writer's bookkeeping) between many short database calls, and each of those
 calls lets go of the interpreter lock. In a worker that is answering reads at the same time, every one of
-them hands the lock to the event loop and waits to get it back: with one client reading `/builds/{id}`
-without pause, a batch of 500 builds took 197 ms instead of 36 ms. In a process of its own the write keeps a
-core and an interpreter to itself, and the reads lose nothing to it.
+them hands the lock to the event loop and waits to get it back, several times slower (bench/store.md). In a
+process of its own the write keeps a core and an interpreter to itself, and the reads lose nothing to it.
 
 `Writes` is the worker's side: it sends the validated records (`WriteJob`, as JSON, so times keep their
 offsets) over a pipe and waits for the `Outcome`. The process ends when the pipe closes, and with the worker
@@ -30,7 +29,7 @@ from buildreport.lifeline import follow_parent_process
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
 from buildreport.store import engine_errors, engine_message
 from buildreport.store.errors import DatabaseError, DatabaseUnavailable
-from buildreport.store.writes import DEFAULT_RULES, WriteConflicts, WriteSession
+from buildreport.store.transaction import DEFAULT_RULES, WriteConflicts, WriteSession
 
 STOP_SECONDS = 10.0
 

@@ -1,5 +1,5 @@
 """Writes for the server: one request's records in one transaction, on a write connection of their own (the
-write process's, see write_process.py).
+write process's, see writer_process.py).
 
 Readers use other connections; SQLite's WAL lets them read the last committed state throughout, so a
 write never blocks a read and no reader ever sees half a request. The write lock is taken when the
@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 from buildreport.events.derive import Rules
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
+from buildreport.store.build_rows import pack_log
+from buildreport.store.build_writer import BuildWriter
 from buildreport.store.events import record_events
-from buildreport.store.writer import BuildWriter, pack_log
 
 DEFAULT_RULES = Rules()
 T = TypeVar("T")
