@@ -25,18 +25,18 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from buildreport import answers
-from buildreport.api import json_answer, send_answer
-from buildreport.auth import AuthMiddleware, with_headers
-from buildreport.metrics import ROUTE_METRICS
+from buildreport.http import answers
+from buildreport.http.auth import AuthMiddleware, with_headers
+from buildreport.http.builds import json_answer, send_answer
+from buildreport.http.metrics import ROUTE_METRICS
+from buildreport.http.pages import client_of, page_answer, raw_page_headers
 from buildreport.tokens import READ_SCOPE
-from buildreport.web import client_of, page_answer, raw_page_headers
 
 if TYPE_CHECKING:
     from litestar import Litestar
     from litestar.types import Receive, Scope, Send
 
-    from buildreport.linklimits import LinkLimits
+    from buildreport.http.linklimits import LinkLimits
     from buildreport.store.reader import Reader
 
 Answer = Callable[[answers.Ask], Awaitable[answers.Json]]

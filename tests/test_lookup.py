@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from litestar.testing import TestClient
 from prometheus_client import REGISTRY
 
-from buildreport import answers as answers_module
-from buildreport import web
-from buildreport.api import api_auth
-from buildreport.app import create_app, create_litestar
-from buildreport.envelope import Envelope
+from buildreport.http import answers as answers_module
+from buildreport.http import pages as web
+from buildreport.http.app import create_app, create_litestar
+from buildreport.http.builds import api_auth
+from buildreport.http.envelope import Envelope
 from buildreport.lookup import ReadAnswers
 from buildreport.signing import LinkClaims
 from buildreport.store import open_auth

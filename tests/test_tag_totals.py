@@ -17,8 +17,8 @@ from litestar.testing import TestClient
 from records import WITHOUT_STATS_COLUMNS
 from test_totals import ORIGIN, SLOW_AND_FIXTURE, build_strategy, to_record, to_write_record, write_strategy
 
-from buildreport.app import create_app
 from buildreport.filters import BuildFilter
+from buildreport.http.app import create_app
 from buildreport.ingest import import_files
 from buildreport.models import BuildStatus
 from buildreport.store import open_database, queries, tag_totals

@@ -17,7 +17,7 @@ from conftest import auth, query
 from litestar.testing import TestClient
 from test_writes import records, write_record
 
-from buildreport.app import create_app
+from buildreport.http.app import create_app
 from buildreport.models import BuildRecord
 from buildreport.store import open_database
 from buildreport.store.sqlite.writelock import lock_path

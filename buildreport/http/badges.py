@@ -16,11 +16,11 @@ from litestar import Request, Response, Router, get
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import filters, humanize
-from buildreport.api import TagsParam, _errors, _integer, _ok, ask_of, json_response
+from buildreport.http.builds import TagsParam, _errors, _integer, _ok, ask_of, json_response
+from buildreport.http.pages import status_view
 from buildreport.models import BadgeURL, BuildStatus
 from buildreport.signing import Signer
 from buildreport.times import US_PER_SECOND, from_us, now_us
-from buildreport.web import status_view
 
 BADGE_SALT = "buildreport.badge.v1"
 MAX_LABEL_CHARS = 40

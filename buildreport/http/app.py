@@ -16,16 +16,17 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.plugins.problem_details import ProblemDetailsConfig, ProblemDetailsException, ProblemDetailsPlugin
 
-from buildreport import __version__, answers
-from buildreport.allocator import keep_freed_memory
-from buildreport.api import Answer, api_auth, api_router
-from buildreport.auth import AuthMiddleware
+from buildreport import __version__
 from buildreport.config import Settings, load_secret_keys
-from buildreport.envelope import Envelope, request_id
 from buildreport.errors import Problem
 from buildreport.events.deliver import Deliverer, event_rules
-from buildreport.events.feed import Bell
-from buildreport.linklimits import LinkLimits
+from buildreport.http import answers
+from buildreport.http.allocator import keep_freed_memory
+from buildreport.http.auth import AuthMiddleware
+from buildreport.http.builds import Answer, api_auth, api_router
+from buildreport.http.envelope import Envelope, request_id
+from buildreport.http.feed import Bell
+from buildreport.http.linklimits import LinkLimits
 from buildreport.models import Health
 from buildreport.oidc import Verifier
 from buildreport.signing import DashboardSigner, LinkSigner
@@ -98,7 +99,7 @@ async def favicon() -> Response[bytes]:
 
 
 def _openapi() -> OpenAPIConfig:
-    from buildreport.docs import DocsPagePlugin, ExactJsonPlugin, docs_router
+    from buildreport.http.docs import DocsPagePlugin, ExactJsonPlugin, docs_router
 
     return OpenAPIConfig(
         title="buildreport",
@@ -150,10 +151,10 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
             await app.state.writes.close()
             await app.state.reader.close()
 
-    from buildreport.badges import BadgeSigner, badge_router
-    from buildreport.dashboard import dashboard_router
-    from buildreport.metrics import metrics_router, prometheus_config, worker_stopped
-    from buildreport.web import web_router  # the signed page is a second face over the same reader
+    from buildreport.http.badges import BadgeSigner, badge_router
+    from buildreport.http.dashboard import dashboard_router
+    from buildreport.http.metrics import metrics_router, prometheus_config, worker_stopped
+    from buildreport.http.pages import web_router  # the signed page is a second face over the same reader
 
     return Litestar(
         route_handlers=[
@@ -218,7 +219,7 @@ def tune_process() -> None:
 def app_from_env() -> Envelope:
     """The factory uvicorn workers call; settings come from the environment `serve` prepared."""
     from buildreport.config import from_env
-    from buildreport.envelope import configure_logging
+    from buildreport.http.envelope import configure_logging
     from buildreport.lifeline import follow_parent_process
 
     follow_parent_process()  # a worker never outlives the server that started it

@@ -23,7 +23,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, gener
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from buildreport.auth import AuthMiddleware
+from buildreport.http.auth import AuthMiddleware
 from buildreport.store.reader import Reader
 from buildreport.store.totals import hour_of
 from buildreport.times import US_PER_DAY, now_us

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from conftest import auth, record
 
 from buildreport.cli import main, sample_data_path
-from buildreport.docs import MAX_INT64
+from buildreport.http.docs import MAX_INT64
 from buildreport.ingest import import_files
 from buildreport.store import open_database
 from buildreport.times import now_us

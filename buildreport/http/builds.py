@@ -14,10 +14,11 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import OpenAPIFormat, OpenAPIMediaType, OpenAPIType, Operation, Schema
 from litestar.params import PathParameter, QueryParameter
 
-from buildreport import answers, filters, ingestion, metrics
-from buildreport.answers import Pairs, RawHeaders, json_headers, raw_headers
-from buildreport.auth import AuthMiddleware, Principal, RateLimiter
+from buildreport import filters
 from buildreport.claims import claim_tags
+from buildreport.http import answers, ingestion, metrics
+from buildreport.http.answers import Pairs, RawHeaders, json_headers, raw_headers
+from buildreport.http.auth import AuthMiddleware, Principal, RateLimiter
 from buildreport.models import (
     Build,
     BuildRecord,
@@ -388,10 +389,10 @@ def api_auth(rate_limit: int) -> AuthMiddleware:
 
 
 def api_router(auth: AuthMiddleware) -> Router:
-    from buildreport.badges import get_badge_url
-    from buildreport.events.feed import list_events  # it answers with this module's Answer
-    from buildreport.exchange import exchange_handlers
-    from buildreport.insights_api import insight_handlers  # it builds on this module's helpers
+    from buildreport.http.badges import get_badge_url
+    from buildreport.http.exchange import exchange_handlers
+    from buildreport.http.feed import list_events  # it answers with this module's Answer
+    from buildreport.http.insights import insight_handlers  # it builds on this module's helpers
 
     return Router(
         path="/",

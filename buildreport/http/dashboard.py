@@ -20,17 +20,17 @@ from litestar import Request, Response, Router, get
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import charts, filters, humanize
-from buildreport.api import _errors, _integer, _ok, _principal, json_response, query_pairs
-from buildreport.auth import link_token_ended
 from buildreport.errors import Problem
 from buildreport.events.models import EventType, StoredEvent
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
+from buildreport.http.auth import link_token_ended
+from buildreport.http.builds import _errors, _integer, _ok, _principal, json_response, query_pairs
+from buildreport.http.pages import PAGE_HEADERS, _prefix, _render, status_view
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
 from buildreport.stats import Decoded, Newest, build_stats, decode_rows, derivation_name, newest_build, value_groups
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_DAY, US_PER_SECOND, from_us, month_start_us, now_us
-from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view
 
 WINDOW_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "90d": "90 days"}
 TOP = 10  # rows in each derivation table

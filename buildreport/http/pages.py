@@ -34,11 +34,11 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from markupsafe import Markup
 
 from buildreport import ansi, humanize
-from buildreport.answers import RawHeaders, raw_headers
-from buildreport.auth import link_token_ended
 from buildreport.errors import Problem, shown
 from buildreport.filters import CANONICAL_INT
-from buildreport.linklimits import LinkLimits, TooMany, client_key
+from buildreport.http.answers import RawHeaders, raw_headers
+from buildreport.http.auth import link_token_ended
+from buildreport.http.linklimits import LinkLimits, TooMany, client_key
 from buildreport.logtext import (
     FULL_LOG_BYTES,
     LINE_BYTES,

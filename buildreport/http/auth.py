@@ -9,8 +9,8 @@ import msgspec
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from buildreport.answers import raw_headers
 from buildreport.errors import Problem
+from buildreport.http.answers import raw_headers
 from buildreport.store.reader import Reader, TokenRow
 from buildreport.times import US_PER_SECOND
 from buildreport.tokens import READ_SCOPE, TOKEN_SHAPE, digest

@@ -13,9 +13,9 @@ from litestar.testing import TestClient
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from buildreport.app import create_app
 from buildreport.cli import main
-from buildreport.metrics import HOUR_US
+from buildreport.http.app import create_app
+from buildreport.http.metrics import HOUR_US
 from buildreport.store.totals import hour_of
 from buildreport.times import now_us, to_us
 

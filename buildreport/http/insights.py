@@ -11,8 +11,9 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import QueryParameter
 from litestar.response import Stream
 
-from buildreport import answers, export, filters
-from buildreport.api import (
+from buildreport import export, filters
+from buildreport.http import answers
+from buildreport.http.builds import (
     _DATE,
     _NON_EMPTY,
     _PATH,
@@ -157,6 +158,6 @@ async def export_builds(
 
 
 def insight_handlers() -> list[HTTPRouteHandler]:
-    from buildreport.dashboard import get_dashboard_url  # the page's link, beside the page's code
+    from buildreport.http.dashboard import get_dashboard_url  # the page's link, beside the page's code
 
     return [build_stats, usage_breakdown, export_builds, get_dashboard_url]
