@@ -125,7 +125,7 @@ def test_routed_requests_are_counted_timed_and_their_errors_apart(
         async def failing(*args: object) -> None:
             raise RuntimeError("a fault nobody planned for")
 
-        monkeypatch.setattr(served.app.app.state.reader, "usage", failing)
+        monkeypatch.setattr(served.app.state.reader, "usage", failing)
         assert client.get("/usage", headers=read).status_code == 500
     grown = {key: value(*key) - seen for key, seen in before.items()}
     assert grown == {

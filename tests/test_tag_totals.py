@@ -149,7 +149,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(fresh_db, req
         tokens = {name: env.token(name, ("build:write",)) for name in ("acme", "globex")}
         served = create_app(env.settings())
         with TestClient(served, base_url="http://testserver.local") as client:
-            served.app.app.state.writes = WritesInThisProcess(env.db)  # the envelope's app's app: Litestar's
+            served.app.state.writes = WritesInThisProcess(env.db)  # the envelope's app: Litestar's
             for batch in requests:
                 for account in ("acme", "globex"):
                     body = [

@@ -23,9 +23,11 @@ from buildreport import charts, filters, humanize
 from buildreport.errors import Problem
 from buildreport.events.models import EventType, StoredEvent
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
-from buildreport.http.auth import link_token_ended
-from buildreport.http.builds import _errors, _integer, _ok, _principal, json_response, query_pairs
-from buildreport.http.pages import PAGE_HEADERS, _prefix, _render, status_view
+from buildreport.http.answers import query_pairs
+from buildreport.http.auth import link_token_ended, principal
+from buildreport.http.pages import PAGE_HEADERS, prefix_of, render, status_view
+from buildreport.http.parameters import integer
+from buildreport.http.responses import errors, json_response, success
 from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, BuildStatus, DashboardURL, Usage
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
 from buildreport.stats import Decoded, Newest, build_stats, decode_rows, derivation_name, newest_build, value_groups
@@ -53,14 +55,14 @@ NOTABLE_EVENTS = [kind.value for kind in EVENT_WORDS]
     description="The page opens in a browser without a token: builds per day by outcome, success rate, duration "
     "percentiles, CPU hours, this month's usage against last month's, the slowest, most failing and flaky "
     "derivations and the builds running now.",
-    responses={200: _ok(DashboardURL, "The link."), **_errors(400, 401, 403, 429)},
+    responses={200: success(DashboardURL, "The link."), **errors(400, 401, 403, 429)},
 )
 async def get_dashboard_url(
     request: Request[Any, Any, Any],
     ttl_seconds: Annotated[
         str | None,
         QueryParameter(
-            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=_integer(1, 604_800, 3_600)
+            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=integer(1, 604_800, 3_600)
         ),
     ] = None,
 ) -> Response[bytes]:
@@ -70,7 +72,7 @@ async def get_dashboard_url(
     signer: DashboardSigner = request.app.state.dashboard_signer
     url = signer.link_url(
         request.app.state.settings.base_url,
-        DashboardClaims(_principal(request).account_id, expires_us, _principal(request).token_id),
+        DashboardClaims(principal(request).account_id, expires_us, principal(request).token_id),
     )
     return json_response(request, msgspec.json.encode(DashboardURL(url=url, expires_at=from_us(expires_us))))
 
@@ -232,7 +234,7 @@ class DashboardPage(Exception):
 
 
 def _page_error(request: Request[Any, Any, Any], exc: DashboardPage) -> Response[bytes]:
-    return _render(
+    return render(
         request,
         "error.html",
         exc.status,
@@ -290,8 +292,8 @@ async def dashboard_page(
             reader.recent_events(account, NOTABLE_EVENTS, TOP),
         )
     links = _Links(request, claims)
-    prefix = _prefix(request)
-    return _render(
+    prefix = prefix_of(request)
+    return render(
         request,
         "dashboard.html",
         icon="ok",

@@ -21,7 +21,7 @@ from litestar.params import QueryParameter
 from buildreport.errors import InvalidParams, shown
 from buildreport.events.models import Event, EventLink, EventType, StoredEvent
 from buildreport.http.answers import Pairs, pairs_of
-from buildreport.http.builds import Answer, json_answer
+from buildreport.http.responses import Answer, json_answer
 from buildreport.models import InvalidParam, Problem
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
