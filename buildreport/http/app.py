@@ -23,10 +23,18 @@ from buildreport.events.deliver import Deliverer, event_rules
 from buildreport.http import answers
 from buildreport.http.allocator import keep_freed_memory
 from buildreport.http.auth import API_CHECK, AuthMiddleware, RateLimiter, TokenCheck
+from buildreport.http.badges import BadgeSigner, badge_router, get_badge_url
+from buildreport.http.builds import get_build, get_build_url, list_builds, summarize_builds, write_builds
+from buildreport.http.dashboard import dashboard_router, get_dashboard_url
 from buildreport.http.envelope import Envelope, request_id
-from buildreport.http.feed import Bell
+from buildreport.http.exchange import exchange_handlers
+from buildreport.http.feed import Bell, list_events
+from buildreport.http.insights import build_stats, export_builds
 from buildreport.http.linklimits import LinkLimits
+from buildreport.http.metrics import METRICS_CHECK, metrics_router, prometheus_config, worker_stopped
+from buildreport.http.pages import web_router
 from buildreport.http.responses import Answer
+from buildreport.http.usage import get_usage, usage_breakdown
 from buildreport.models import Health
 from buildreport.oidc import Verifier
 from buildreport.signing import DashboardSigner, LinkSigner
@@ -126,14 +134,6 @@ def _link_limits(settings: Settings) -> LinkLimits:
 
 def api_router() -> Router:
     """The JSON API's routes, behind the token check; each needs build:read unless it says otherwise."""
-    from buildreport.http.badges import get_badge_url
-    from buildreport.http.builds import get_build, get_build_url, list_builds, summarize_builds, write_builds
-    from buildreport.http.dashboard import get_dashboard_url
-    from buildreport.http.exchange import exchange_handlers
-    from buildreport.http.feed import list_events
-    from buildreport.http.insights import build_stats, export_builds
-    from buildreport.http.usage import get_usage, usage_breakdown
-
     return Router(
         path="/",
         route_handlers=[
@@ -174,11 +174,6 @@ def create_litestar(settings: Settings) -> Litestar:
             await deliverer.close()
             await app.state.writes.close()
             await app.state.reader.close()
-
-    from buildreport.http.badges import BadgeSigner, badge_router
-    from buildreport.http.dashboard import dashboard_router
-    from buildreport.http.metrics import METRICS_CHECK, metrics_router, prometheus_config, worker_stopped
-    from buildreport.http.pages import web_router  # the signed page is a second face over the same reader
 
     return Litestar(
         route_handlers=[

@@ -70,7 +70,11 @@ class Answer(Response[bytes]):
     __slots__ = ("raw_headers",)
 
     def __init__(self, status: int, raw_headers: RawHeaders, body: bytes) -> None:
-        super().__init__(body, status_code=status)
+        # Only what `to_asgi_response` and `__call__` read: Response.__init__ would build the header map and
+        # cookie list this answer never uses.
+        self.content = body
+        self.status_code = status
+        self.background = None
         self.raw_headers = raw_headers
 
     def to_asgi_response(self, *args: Any, **kwargs: Any) -> Answer:  # type: ignore[override]
