@@ -26,9 +26,9 @@ from typing import Any
 import msgspec
 
 from buildreport import filters
-from buildreport.answers import heavy_turns
-from buildreport.app import tune_process
 from buildreport.config import Settings, load_secret_keys
+from buildreport.http.answers import heavy_turns
+from buildreport.http.app import tune_process
 from buildreport.models import BuildURL, Health
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store import Reader, open_reader
@@ -99,7 +99,7 @@ def _steps(reader: Reader, signer: LinkSigner, settings: Settings, account_id: i
 
 
 def _page_step(reader: Reader, signer: LinkSigner, settings: Settings, tokens: list[str], notes: list[str]) -> Step:
-    from buildreport import web
+    from buildreport.http import pages as web
 
     request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(reader=reader, signer=signer,
                                                                         settings=settings)))
@@ -140,7 +140,7 @@ def _dashboard_step(reader: Reader, signer: LinkSigner, settings: Settings, acco
     """The dashboard page's handler, called in-process with a request that carries only what it reads."""
     from urllib.parse import urlencode
 
-    from buildreport import dashboard
+    from buildreport.http import dashboard
     from buildreport.signing import DashboardClaims, DashboardSigner
 
     dashboard_signer = DashboardSigner(load_secret_keys(settings))

@@ -22,8 +22,8 @@ from litestar.testing import TestClient
 from pgcluster import PgCluster, require_postgres
 from records import NOW, record, write_jsonl  # noqa: F401 (tests import them from here)
 
-from buildreport.app import create_app
 from buildreport.config import Settings
+from buildreport.http.app import create_app
 from buildreport.imports.load import import_files
 from buildreport.store import is_postgres, open_auth, open_database
 from buildreport.store.admin import insert_token

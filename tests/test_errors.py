@@ -11,8 +11,8 @@ import msgspec
 import pytest
 from conftest import ENGINES, NOW, Env, auth, new_database, query, record
 
-from buildreport.docs import STREAMED
 from buildreport.filters import Cursor
+from buildreport.http.docs import STREAMED
 from buildreport.models import Build
 
 API_PATHS = ["/builds", "/builds/summary", "/builds/1", "/builds/1/url", "/usage"]

@@ -335,7 +335,7 @@ def test_healthz_says_when_the_database_was_replaced(env):
 
 @pytest.mark.sqlite_only
 def test_a_missing_database_is_not_created_by_the_app(env):
-    from buildreport.app import create_app
+    from buildreport.http.app import create_app
     from buildreport.store.sqlite.schema import DatabaseError
 
     with pytest.raises(DatabaseError):

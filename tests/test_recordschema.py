@@ -12,8 +12,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_transaction import write_record
 
+from buildreport.http.ingestion import check_write_record, decode_record, record_conflict
 from buildreport.imports.files import check_time
-from buildreport.ingestion import check_write_record, decode_record, record_conflict
 from buildreport.models import BuildRecord, BuildStatus
 from buildreport.recordschema import record_schemas
 

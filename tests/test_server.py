@@ -103,7 +103,7 @@ def test_real_server_logs_the_request_id_and_stops_promptly(env, serve):
 
 def test_a_serving_process_freezes_what_it_started_with_and_collects_less_often():
     code = (
-        "import gc; from buildreport.app import GC_THRESHOLDS, tune_process; tune_process();"
+        "import gc; from buildreport.http.app import GC_THRESHOLDS, tune_process; tune_process();"
         " print(gc.get_freeze_count() > 1000, gc.get_threshold() == GC_THRESHOLDS)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import free_port
-from test_sdnotify import receive
+from test_http_sdnotify import receive
 
 from buildreport.cli.main import main
 

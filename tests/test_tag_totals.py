@@ -17,8 +17,8 @@ from litestar.testing import TestClient
 from records import WITHOUT_STATS_COLUMNS
 from test_totals import ORIGIN, SLOW_AND_FIXTURE, build_strategy, to_record, to_write_record, write_strategy
 
-from buildreport.app import create_app
 from buildreport.filters import BuildFilter
+from buildreport.http.app import create_app
 from buildreport.imports.load import import_files
 from buildreport.models import BuildStatus
 from buildreport.store import open_database, queries, tag_totals
@@ -155,7 +155,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(fresh_db, req
         tokens = {name: env.token(name, ("build:write",)) for name in ("acme", "globex")}
         served = create_app(env.settings())
         with TestClient(served, base_url="http://testserver.local") as client:
-            served.app.app.state.writes = WritesInThisProcess(env.db)  # the envelope's app's app: Litestar's
+            served.app.state.writes = WritesInThisProcess(env.db)  # the envelope's app: Litestar's
             for batch in requests:
                 for account in ("acme", "globex"):
                     body = [

@@ -17,7 +17,7 @@ from conftest import auth, query
 from litestar.testing import TestClient
 from test_transaction import records, write_record
 
-from buildreport.app import create_app
+from buildreport.http.app import create_app
 from buildreport.models import BuildRecord
 from buildreport.store import open_database
 from buildreport.store.sqlite.writelock import lock_path
@@ -186,7 +186,7 @@ def test_a_write_whose_process_died_is_a_503_and_the_next_one_is_written(env) ->
     served = create_app(env.settings())
     with TestClient(served, base_url="http://testserver.local") as client:
         assert client.post("/builds", json=[write_record("h:first")], headers=headers).status_code == 200
-        pid = served.app.app.state.writes._process.pid
+        pid = served.app.state.writes._process.pid
         holder = sqlite3.connect(env.db)
         holder.execute("BEGIN IMMEDIATE")  # another writer: the request's write waits for it, under way
         answers = []

@@ -98,7 +98,7 @@ def run_server(settings: Settings, *, create: bool = True) -> None:
     """Serve `settings.db`; with `create` False a missing SQLite file is an error rather than a new database
     (a typo in --db must not serve an empty one)."""
     from buildreport.config import SETTINGS_ENV, to_env
-    from buildreport.envelope import configure_logging
+    from buildreport.http.envelope import configure_logging
 
     check_port(settings.host, settings.port)
     if settings.secret_keys or config.secret_path(settings.db).exists():
@@ -109,9 +109,9 @@ def run_server(settings: Settings, *, create: bool = True) -> None:
     from buildreport import retention  # the daily prune, when --retention asks for it
 
     retention.start(settings)
-    from buildreport.protocol import ServeConfig
-    from buildreport.sdnotify import ServiceNotifier
-    from buildreport.serving import NotifyingServer, NotifyingSupervisor
+    from buildreport.http.sdnotify import ServiceNotifier
+    from buildreport.http.server_protocol import ServeConfig
+    from buildreport.http.serving import NotifyingServer, NotifyingSupervisor
 
     notifier = ServiceNotifier(settings.host, settings.port, tls=bool(settings.tls_cert),
                                prefix=settings.path_prefix, workers=settings.workers)
@@ -127,11 +127,13 @@ def run_server(settings: Settings, *, create: bool = True) -> None:
     # uvicorn.run, with a Config that carries the head limits to every worker.
     if settings.workers > 1:
         os.environ[SETTINGS_ENV] = to_env(settings)
-        server_config = ServeConfig("buildreport.app:app_from_env", factory=True, workers=settings.workers, **common)
+        server_config = ServeConfig(
+            "buildreport.http.app:app_from_env", factory=True, workers=settings.workers, **common
+        )
         with metrics_folder():
             NotifyingSupervisor(server_config, server_config.bind_socket(), notifier).run()
     else:
-        from buildreport.app import create_app, tune_process  # one process: its own registry holds everything
+        from buildreport.http.app import create_app, tune_process  # one process: its own registry holds everything
 
         server_config = ServeConfig(create_app(settings), **common)
         tune_process()

@@ -22,12 +22,12 @@ from typing import Any, TypeVar
 import httpx
 import msgspec
 
-from buildreport import metrics
 from buildreport.config import Settings
 from buildreport.events import sign
 from buildreport.events.derive import Rules
-from buildreport.events.feed import linked
 from buildreport.events.models import HookFormat, SlackMessage, StoredEvent
+from buildreport.http import metrics
+from buildreport.http.feed import linked
 from buildreport.signing import LinkSigner
 from buildreport.store import engine_errors
 from buildreport.store.errors import DatabaseError

@@ -1,14 +1,34 @@
-"""OpenAPI query parameters made from the filter specification (filter_spec.py): a route that takes a filter
-field declares it with `filter_parameter(name)`, so its documentation is the specification's, not a copy."""
+"""The documented query and path parameters of the routes: the filter's from the filter specification
+(filter_spec.py), the build id of the path, and the schema helpers of the others.
+
+Handlers read their query themselves (filters.py parses and validates it), so these declarations are what the
+OpenAPI document says about each parameter: its schema, examples and description.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Schema
+from litestar.enums import ParamType
+from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Operation, Parameter, Schema
 from litestar.params import QueryParameter
 
+from buildreport import filters
 from buildreport.filter_spec import FIELDS_BY_NAME, FilterField
+
+
+def integer(low: int, high: int, default: int | None = None, example: int | None = None) -> dict[str, Any]:
+    """The documented schema of an integer parameter that the handler reads as text, to validate it itself."""
+    extra: dict[str, Any] = {"oneOf": None, "type": OpenAPIType.INTEGER, "minimum": low, "maximum": high}
+    if example is not None:
+        extra["examples"] = [example]
+    return extra if default is None else {**extra, "default": default}
+
+
+DATE = {"oneOf": None, "type": OpenAPIType.STRING, "format": OpenAPIFormat.DATE}
+DATE = {"oneOf": None, "type": OpenAPIType.STRING, "format": OpenAPIFormat.DATE}
+NON_EMPTY = {"oneOf": None, "type": OpenAPIType.STRING, "minLength": 1}
 
 
 def schema_of(field: FilterField) -> dict[str, Any]:
@@ -31,3 +51,41 @@ def filter_parameter(name: str) -> Any:
     """`Annotated[str | None, QueryParameter(...)]` of the filter field `name`, for a handler's signature."""
     field = FIELDS_BY_NAME[name]
     return Annotated[str | None, QueryParameter(description=field.description, schema_extra=schema_of(field))]
+
+
+TagsParam = filter_parameter("tags")
+StatusParam = filter_parameter("status")
+FromParam = filter_parameter("create_time_from")
+ToParam = filter_parameter("create_time_to")
+PathParam = filter_parameter("derivation_path")
+_BUILD_ID = "Positive 64-bit build identifier."
+# The path's build id, which handlers read from the path as written and validate themselves
+# (filters.parse_build_id), so Litestar converts nothing for it.
+BUILD_ID = Parameter(
+    name="build_id",
+    param_in=ParamType.PATH,
+    schema=Schema(type=OpenAPIType.INTEGER, maximum=2**63 - 1, minimum=1, description=_BUILD_ID, examples=[102948]),
+    description=_BUILD_ID,
+    required=True,
+    deprecated=False,
+)
+
+
+def path_documented(*declared: Parameter) -> type[Operation]:
+    """An operation class documenting `declared` (path parameters, first, in this order) in place of the plain
+    text parameters Litestar infers from the path of a handler that does not take them as arguments."""
+    names = {parameter.name for parameter in declared}
+
+    @dataclass
+    class PathDocumented(Operation):
+        def __post_init__(self) -> None:
+            if self.parameters:
+                others = [given for given in self.parameters if getattr(given, "name", None) not in names]
+                self.parameters = [*declared, *others]
+
+    return PathDocumented
+
+
+def grouping(*names: str) -> dict[str, Any]:
+    """The documented schema of `group_by`: one of `names`, or `tag:` and a key."""
+    return {**NON_EMPTY, "pattern": f"^({'|'.join(names)}|{filters.TAG_PREFIX}[^\\x00]+)$", "examples": [names[0]]}

@@ -16,7 +16,7 @@ from conftest import ENGINES, Env, Server, auth, new_database, start_server
 from test_transaction import write_record
 
 from buildreport.errors import Problem
-from buildreport.ingestion import JSON, MAX_REPORTED_RECORDS, NDJSON, inflate
+from buildreport.http.ingestion import JSON, MAX_REPORTED_RECORDS, NDJSON, inflate
 
 MAX_BODY = 64 * 1024
 MAX_RECORDS = 150

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from conftest import auth, record
 
-from buildreport.linklimits import LinkLimits, TooMany, client_key
+from buildreport.http.linklimits import LinkLimits, TooMany, client_key
 
 
 def test_requests_per_client_are_counted_in_one_minute_windows():

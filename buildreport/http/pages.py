@@ -34,11 +34,10 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from markupsafe import Markup
 
 from buildreport import ansi, humanize
-from buildreport.answers import RawHeaders, raw_headers
-from buildreport.auth import link_token_ended
 from buildreport.errors import Problem, shown
 from buildreport.filters import CANONICAL_INT
-from buildreport.linklimits import LinkLimits, TooMany, client_key
+from buildreport.http.auth import link_token_ended
+from buildreport.http.linklimits import LinkLimits, TooMany, client_key
 from buildreport.logtext import (
     FULL_LOG_BYTES,
     LINE_BYTES,
@@ -66,7 +65,6 @@ PAGE_HEADERS = {
     "X-Robots-Tag": "noindex, nofollow",
 }
 HTML = "text/html"  # Litestar adds "; charset=utf-8" to text types
-_HTML_TYPE = (b"content-type", b"text/html; charset=utf-8")
 TEXT = "text/plain"
 
 logger = logging.getLogger("buildreport.web")
@@ -180,14 +178,14 @@ class LinkPage(Exception):
         self.headers = headers or {}
 
 
-def _prefix(request: Request[Any, Any, Any]) -> str:
+def prefix_of(request: Request[Any, Any, Any]) -> str:
     """The path the service lives under, from its public URL: pages link with paths, not hosts."""
     return urlsplit(request.app.state.settings.base_url).path.rstrip("/")
 
 
 def render_page(request: Request[Any, Any, Any], template: str, **values: Any) -> bytes:
     """A page from the templates, its stylesheet and icons linked under the service's path."""
-    return render_under(_prefix(request), template, **values)
+    return render_under(prefix_of(request), template, **values)
 
 
 def render_under(prefix: str, template: str, **values: Any) -> bytes:
@@ -199,7 +197,7 @@ def render_under(prefix: str, template: str, **values: Any) -> bytes:
     return _TEMPLATES.get_template(template).render(static=static, now=from_us(now_us()), **values).encode()
 
 
-def _render(
+def render(
     request: Request[Any, Any, Any],
     template: str,
     code: int = 200,
@@ -217,7 +215,7 @@ Token = Annotated[str, PathParameter(description="A signed build link.")]
 
 
 def _page_error(request: Request[Any, Any, Any], exc: LinkPage) -> Response[bytes]:
-    return _html(*_error_answer(_prefix(request), exc))
+    return _html(*_error_answer(prefix_of(request), exc))
 
 
 def _error_answer(prefix: str, exc: LinkPage) -> tuple[int, dict[str, str], bytes]:
@@ -232,8 +230,8 @@ def client_of(scope: Scope) -> str:
 
 
 class LinkLimitMiddleware(ASGIMiddleware):
-    """Requests a minute per client address to pages and logs, and raw-log streams held at once (linklimits.py).
-    The limits are the application's `link_limits`, which the page's answer before routing counts against too."""
+    """Requests a minute per client address to pages and logs, and raw-log streams held at once (linklimits.py),
+    counted in the application's `link_limits`."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         opt = scope["route_handler"].opt
@@ -315,11 +313,6 @@ async def page_answer(state: State, token: str) -> tuple[int, dict[str, str], by
         return 200, PAGE_HEADERS, await _build_page(state, token)
     except LinkPage as exc:
         return _error_answer(state.settings.path_prefix, exc)
-
-
-def raw_page_headers(headers: dict[str, str], body: bytes) -> RawHeaders:
-    """The headers of a page answer (see page_answer) as its route sends them."""
-    return [*raw_headers(headers), _HTML_TYPE, (b"content-length", b"%d" % len(body))]
 
 
 async def _build_page(state: State, token: str) -> bytes:

@@ -20,9 +20,9 @@ from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
 from markupsafe import Markup, escape
 
 from buildreport.errors import problem_type
+from buildreport.http.pages import PAGE_HEADERS, render_page
 from buildreport.models import Problem
 from buildreport.recordschema import finish_write_operation
-from buildreport.web import PAGE_HEADERS, render_page
 
 JSON = dict[str, Any]
 MAX_INT64 = 2**63 - 1

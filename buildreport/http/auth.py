@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import msgspec
+from litestar import Request
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from buildreport.answers import raw_headers
 from buildreport.errors import Problem
+from buildreport.http.responses import raw_headers
 from buildreport.store.reader import Reader, TokenRow
 from buildreport.times import US_PER_SECOND
 from buildreport.tokens import READ_SCOPE, TOKEN_SHAPE, digest
@@ -105,11 +107,6 @@ class RateLimiter:
         self._windows[key] = (start, used + 1)
         return self._headers(self.per_minute - used - 1, reset)
 
-    def spent(self, key: str, now: float) -> bool:
-        """Whether the window is used up: the next request would be refused, and is not counted here."""
-        start, used = self._windows.get(key, (None, 0))
-        return start == int(now // 60) and used >= self.per_minute
-
     def _headers(self, remaining: int, reset: int) -> dict[str, str]:
         return {
             "RateLimit-Limit": str(self.per_minute),
@@ -139,34 +136,14 @@ class TokenCache:
         return row
 
 
-class AuthMiddleware(ASGIMiddleware):
-    """Turns the bearer token into a Principal in `scope["auth"]`, or answers 401, 403 or 429."""
+class TokenCheck:
+    """A worker's check of bearer tokens: the token cache, the rate limit (none when None) and the notes of each
+    token's last use. Made once at start-up and kept in the application's state, so every route shares it."""
 
-    def __init__(self, reader_key: str, limiter: RateLimiter | None) -> None:
-        self.reader_key = reader_key
+    def __init__(self, limiter: RateLimiter | None) -> None:
         self.limiter = limiter
         self.tokens = TokenCache()
         self._touched: dict[str, int] = {}
-
-    def __deepcopy__(self, memo: dict[int, object]) -> AuthMiddleware:
-        """Itself: Litestar copies a router as it registers it, and the token cache and rate limit stay the
-        ones the router shares with the lookup in front of it (lookup.py)."""
-        return self
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        reader: Reader = getattr(scope["litestar_app"].state, self.reader_key)
-        now = time.time()
-        opt = scope["route_handler"].opt
-        if opt.get("token_optional") and not any(key == b"authorization" for key, _ in scope["headers"]):
-            # A route that also serves callers without a token (the OIDC token exchange): limited by address.
-            client = scope.get("client")
-            extra = self.limiter.hit(f"client {client[0] if client else ''}", now) if self.limiter else {}
-            scope["auth"] = None
-        else:
-            row = await self.authenticate(reader, scope["headers"], opt.get("scope", READ_SCOPE), now)
-            extra = self.admit(reader, row, now)
-            scope["auth"] = Principal(row.token_id, row.account_id, row.account, row.scopes, row.expires_us, row.claims)
-        await next_app(scope, receive, with_headers(send, extra) if extra else send)
 
     async def authenticate(
         self, reader: Reader, headers: list[tuple[bytes, bytes]], required: str | None, now: float
@@ -185,9 +162,12 @@ class AuthMiddleware(ASGIMiddleware):
         self._touch(reader, row, int(now * US_PER_SECOND))
         return extra
 
-    def spent(self, row: TokenRow, now: float) -> bool:
-        """Whether the token has used up its rate limit: `admit` would refuse it."""
-        return self.limiter is not None and self.limiter.spent(row.token_id, now)
+    def admit_client(self, scope: Scope, now: float) -> dict[str, str]:
+        """Count a request without a token against its client address's rate limit (a 429 past it)."""
+        if self.limiter is None:
+            return {}
+        client = scope.get("client")
+        return self.limiter.hit(f"client {client[0] if client else ''}", now)
 
     def _touch(self, reader: Reader, row: TokenRow, now_us: int) -> None:
         """Note the token's last use, at most once a minute."""
@@ -195,6 +175,39 @@ class AuthMiddleware(ASGIMiddleware):
         if now_us - last >= LAST_USED_RESOLUTION_US:
             self._touched[row.token_id] = now_us
             reader.touch_token(row.token_id, now_us)
+
+
+API_CHECK = "token_check"  # the application state's key of the API routes' TokenCheck
+
+
+class AuthMiddleware(ASGIMiddleware):
+    """Turns the bearer token into a Principal in `scope["auth"]`, or answers 401, 403 or 429. The check itself,
+    with its cache and rate limit, is the application state's `check_key` (a TokenCheck); this middleware holds
+    nothing, so Litestar's copies of it as it registers routes all share that one."""
+
+    def __init__(self, check_key: str = API_CHECK) -> None:
+        self.check_key = check_key
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        state = scope["litestar_app"].state
+        check: TokenCheck = state[self.check_key]
+        reader: Reader = state.reader
+        now = time.time()
+        opt = scope["route_handler"].opt
+        if opt.get("token_optional") and not any(key == b"authorization" for key, _ in scope["headers"]):
+            # A route that also serves callers without a token (the OIDC token exchange): limited by address.
+            extra = check.admit_client(scope, now)
+            scope["auth"] = None
+        else:
+            row = await check.authenticate(reader, scope["headers"], opt.get("scope", READ_SCOPE), now)
+            extra = check.admit(reader, row, now)
+            scope["auth"] = Principal(row.token_id, row.account_id, row.account, row.scopes, row.expires_us, row.claims)
+        await next_app(scope, receive, with_headers(send, extra) if extra else send)
+
+
+def principal(request: Request[Any, Any, Any]) -> Principal:
+    """Who is asking: set by AuthMiddleware before any API handler runs."""
+    return request.scope["auth"]
 
 
 def with_headers(send: Send, headers: dict[str, str]) -> Send:

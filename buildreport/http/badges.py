@@ -16,11 +16,13 @@ from litestar import Request, Response, Router, get
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import filters, humanize
-from buildreport.api import TagsParam, _errors, _integer, _ok, ask_of, json_response
+from buildreport.http.answers import ask_of
+from buildreport.http.pages import status_view
+from buildreport.http.parameters import TagsParam, integer
+from buildreport.http.responses import errors, json_response, success
 from buildreport.models import BadgeURL, BuildStatus
 from buildreport.signing import Signer
 from buildreport.times import US_PER_SECOND, from_us, now_us
-from buildreport.web import status_view
 
 BADGE_SALT = "buildreport.badge.v1"
 MAX_LABEL_CHARS = 40
@@ -101,7 +103,7 @@ _NAME = {"oneOf": None, "type": "string", "minLength": 1, "maxLength": filters.M
     description="The series is the account's builds of one derivation name (as `group_by=derivation` names it), "
     "optionally of one `system` and carrying every pair of `tags`. The badge opens without a token.",
     tags=["builds"],
-    responses={200: _ok(BadgeURL, "The link."), **_errors(400, 401, 403, 429)},
+    responses={200: success(BadgeURL, "The link."), **errors(400, 401, 403, 429)},
 )
 async def get_badge_url(
     request: Request[Any, Any, Any],
@@ -117,7 +119,7 @@ async def get_badge_url(
         str | None,
         QueryParameter(
             description=f"Lifetime, 1 to {filters.MAX_BADGE_TTL_SECONDS} seconds (ten years); default one year.",
-            schema_extra=_integer(1, filters.MAX_BADGE_TTL_SECONDS, filters.DEFAULT_BADGE_TTL_SECONDS),
+            schema_extra=integer(1, filters.MAX_BADGE_TTL_SECONDS, filters.DEFAULT_BADGE_TTL_SECONDS),
         ),
     ] = None,
 ) -> Response[bytes]:

@@ -13,9 +13,9 @@ from litestar.testing import TestClient
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from buildreport.app import create_app
 from buildreport.cli.main import main
-from buildreport.metrics import HOUR_US
+from buildreport.http.app import create_app
+from buildreport.http.metrics import HOUR_US
 from buildreport.store.totals import hour_of
 from buildreport.times import now_us, to_us
 
@@ -125,7 +125,7 @@ def test_routed_requests_are_counted_timed_and_their_errors_apart(
         async def failing(*args: object) -> None:
             raise RuntimeError("a fault nobody planned for")
 
-        monkeypatch.setattr(served.app.app.state.reader, "usage", failing)
+        monkeypatch.setattr(served.app.state.reader, "usage", failing)
         assert client.get("/usage", headers=read).status_code == 500
     grown = {key: value(*key) - seen for key, seen in before.items()}
     assert grown == {

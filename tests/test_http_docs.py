@@ -15,7 +15,7 @@ from conftest import auth, record
 
 from buildreport.cli.main import main
 from buildreport.demo import sample_data_path
-from buildreport.docs import MAX_INT64
+from buildreport.http.docs import MAX_INT64
 from buildreport.imports.load import import_files
 from buildreport.store import open_database
 from buildreport.times import now_us

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import test_browser as tb
 from conftest import ENGINES, TEST_KEY, Env, auth, new_database, record
+from test_http_pages import revoke
 from test_stats import FAILED, RECORDS, us
-from test_web import revoke
 
 from buildreport.demo import prepare_demo, sample_data_path
 from buildreport.filters import BuildFilter

@@ -11,8 +11,8 @@ from conftest import NOW, TEST_KEY, auth, query, record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from buildreport.badges import FILLS, BadgeClaims, BadgeSigner, status_badge, svg
 from buildreport.filters import MAX_BADGE_TTL_SECONDS, BadgeSeries
+from buildreport.http.badges import FILLS, BadgeClaims, BadgeSigner, status_badge, svg
 from buildreport.insights.stats import derivation_name
 from buildreport.store.dialect import POSTGRESQL, SQLITE
 from buildreport.times import US_PER_SECOND, now_us

@@ -1,8 +1,8 @@
 """The read answers of the JSON API, free of any web framework: from the query, the token's account and the
 reader to the JSON body and the headers that go with it.
 
-The routes (api.py, insights_api.py) answer through these, and so does the layer in front of the router
-(lookup.py) for the requests it takes, so each answer is written once.
+The routes of builds.py, usage.py and insights.py answer through these and send the result with an ETag
+(responses.json_response); /healthz answers through `health`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode
 
 import msgspec
+from litestar import Request
 
 from buildreport import filters
 from buildreport.errors import NotFound
+from buildreport.http.auth import principal
+from buildreport.http.responses import RawHeaders, json_headers, reader
 from buildreport.insights import stats
 from buildreport.models import BuildURL, Health
 from buildreport.signing import LinkClaims
@@ -24,18 +27,6 @@ from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
 
 _ENCODE = msgspec.json.encode
 Pairs = list[tuple[str, str]]
-RawHeaders = list[tuple[bytes, bytes]]
-_JSON_TYPE = (b"content-type", b"application/json")
-
-
-def raw_headers(headers: dict[str, str]) -> RawHeaders:
-    """Headers as an ASGI answer carries them: lower-case names, bytes."""
-    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-
-
-def json_headers(body: bytes) -> RawHeaders:
-    """The type and length of a JSON body."""
-    return [_JSON_TYPE, (b"content-length", b"%d" % len(body))]
 
 
 def pairs_of(query_string: bytes) -> Pairs:
@@ -53,6 +44,16 @@ class Ask(NamedTuple):
     state: Any
     build_id: str = ""  # the path's build id, as written
     token_id: str | None = None  # the asking token: links made for it end when it is revoked
+
+
+def query_pairs(request: Request[Any, Any, Any]) -> Pairs:
+    return pairs_of(request.scope["query_string"])
+
+
+def ask_of(request: Request[Any, Any, Any], build_id: str = "") -> Ask:
+    """What a read answer needs, from a request that passed the token check."""
+    asking = principal(request)
+    return Ask(query_pairs(request), asking.account_id, reader(request), request.app.state, build_id, asking.token_id)
 
 
 class Json(NamedTuple):
@@ -118,7 +119,7 @@ async def usage(ask: Ask) -> Json:
 
 # How many statistics answers, breakdowns and dashboards a worker computes at once; the others wait their
 # turn. Their work is Python on one event loop, so more at once are no faster, but each holds its rows until it
-# is done: 32 dashboards at once took a worker 47 MiB past one at a time.
+# is done, so fewer at once bound a worker's memory.
 HEAVY_AT_ONCE = 2
 
 

@@ -18,10 +18,10 @@ from litestar import Request, Response, get
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import QueryParameter
 
-from buildreport.answers import Pairs, pairs_of
-from buildreport.api import Answer, json_answer
 from buildreport.errors import InvalidParams, shown
 from buildreport.events.models import Event, EventLink, EventType, StoredEvent
+from buildreport.http.answers import Pairs, pairs_of
+from buildreport.http.responses import Answer, json_answer
 from buildreport.models import InvalidParam, Problem
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader

@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from buildreport import allocator
+from buildreport.http import allocator
 
 # A reader thread makes a 2 MB answer in pieces below glibc's own mapping size; the event loop's thread frees
 # it. Each round's page faults tell whether the freed heap top went back to the kernel in between.
 _ROUNDS = """
 import queue, resource, sys, threading
-from buildreport.allocator import keep_freed_memory
+from buildreport.http.allocator import keep_freed_memory
 if sys.argv[1] == "kept":
     assert keep_freed_memory()
 asks, answers = queue.Queue(), queue.Queue()
@@ -52,7 +52,7 @@ def test_the_bounds_are_accepted_by_glibc():
 
 
 def test_a_serving_process_sets_the_allocator_up():
-    code = "from unittest import mock; from buildreport import app\n" \
+    code = "from unittest import mock; from buildreport.http import app\n" \
            "with mock.patch.object(app, 'keep_freed_memory') as kept: app.tune_process()\n" \
            "print(kept.call_count)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

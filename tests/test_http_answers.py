@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from conftest import Env, record
 
-from buildreport import answers
 from buildreport.errors import InvalidParams, NotFound
+from buildreport.http import answers
 from buildreport.store import open_reader
 
 

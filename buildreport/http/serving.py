@@ -7,7 +7,7 @@ import socket
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from buildreport.sdnotify import ServiceNotifier
+from buildreport.http.sdnotify import ServiceNotifier
 
 
 class NotifyingServer(uvicorn.Server):

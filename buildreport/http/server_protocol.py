@@ -16,8 +16,8 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from buildreport import metrics
 from buildreport.config import DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_HEADER_BYTES
+from buildreport.http import metrics
 from buildreport.problems import problem_body
 
 log = logging.getLogger("buildreport.access")

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from conftest import auth, record
 
-from buildreport.envelope import EscapingFormatter, printable, without_controls
+from buildreport.http.envelope import EscapingFormatter, printable, without_controls
 
 NASTY = ["/builds/%0a2026-01-01 INFO forged line", "/%1b[31mred%1b[0m", "/x%0d%0aSet: y", "/%e2%80%a8sep", "/%c2%9b2J"]
 

@@ -15,11 +15,11 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.openapi.datastructures import ResponseSpec
 
-from buildreport import metrics
-from buildreport.auth import REALM, Principal
 from buildreport.claims import MAX_LIFETIME_S, matches
 from buildreport.errors import Problem
 from buildreport.faults import printable
+from buildreport.http import metrics
+from buildreport.http.auth import REALM, Principal
 from buildreport.models import Problem as ProblemShape
 from buildreport.oidc import KeysUnavailable, Rejected, Verifier
 from buildreport.store.reader import Reader

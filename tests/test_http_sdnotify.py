@@ -14,7 +14,7 @@ import httpx
 import pytest
 from conftest import buildreport_command, free_port, self_signed
 
-from buildreport import sdnotify
+from buildreport.http import sdnotify
 
 
 @pytest.fixture

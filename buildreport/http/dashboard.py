@@ -20,11 +20,14 @@ from litestar import Request, Response, Router, get
 from litestar.params import PathParameter, QueryParameter
 
 from buildreport import filters, humanize
-from buildreport.api import _errors, _integer, _ok, _principal, json_response, query_pairs
-from buildreport.auth import link_token_ended
 from buildreport.errors import Problem
 from buildreport.events.models import EventType, StoredEvent
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
+from buildreport.http.answers import query_pairs
+from buildreport.http.auth import link_token_ended, principal
+from buildreport.http.pages import PAGE_HEADERS, prefix_of, render, status_view
+from buildreport.http.parameters import integer
+from buildreport.http.responses import errors, json_response, success
 from buildreport.insights import charts
 from buildreport.insights.stats import (
     Decoded,
@@ -39,7 +42,6 @@ from buildreport.models import FAILED, UNFINISHED, Build, BuildStatsGroup, Build
 from buildreport.signing import DashboardClaims, DashboardSigner, LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_DAY, US_PER_SECOND, from_us, month_start_us, now_us
-from buildreport.web import PAGE_HEADERS, _prefix, _render, status_view
 
 WINDOW_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "90d": "90 days"}
 TOP = 10  # rows in each derivation table
@@ -62,14 +64,14 @@ NOTABLE_EVENTS = [kind.value for kind in EVENT_WORDS]
     description="The page opens in a browser without a token: builds per day by outcome, success rate, duration "
     "percentiles, CPU hours, this month's usage against last month's, the slowest, most failing and flaky "
     "derivations and the builds running now.",
-    responses={200: _ok(DashboardURL, "The link."), **_errors(400, 401, 403, 429)},
+    responses={200: success(DashboardURL, "The link."), **errors(400, 401, 403, 429)},
 )
 async def get_dashboard_url(
     request: Request[Any, Any, Any],
     ttl_seconds: Annotated[
         str | None,
         QueryParameter(
-            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=_integer(1, 604_800, 3_600)
+            description="Lifetime, 1 to 604800 seconds; default 3600.", schema_extra=integer(1, 604_800, 3_600)
         ),
     ] = None,
 ) -> Response[bytes]:
@@ -79,7 +81,7 @@ async def get_dashboard_url(
     signer: DashboardSigner = request.app.state.dashboard_signer
     url = signer.link_url(
         request.app.state.settings.base_url,
-        DashboardClaims(_principal(request).account_id, expires_us, _principal(request).token_id),
+        DashboardClaims(principal(request).account_id, expires_us, principal(request).token_id),
     )
     return json_response(request, msgspec.json.encode(DashboardURL(url=url, expires_at=from_us(expires_us))))
 
@@ -241,7 +243,7 @@ class DashboardPage(Exception):
 
 
 def _page_error(request: Request[Any, Any, Any], exc: DashboardPage) -> Response[bytes]:
-    return _render(
+    return render(
         request,
         "error.html",
         exc.status,
@@ -299,8 +301,8 @@ async def dashboard_page(
             reader.recent_events(account, NOTABLE_EVENTS, TOP),
         )
     links = _Links(request, claims)
-    prefix = _prefix(request)
-    return _render(
+    prefix = prefix_of(request)
+    return render(
         request,
         "dashboard.html",
         icon="ok",
