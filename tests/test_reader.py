@@ -17,7 +17,7 @@ from conftest import Env, auth, record
 from records import NOW
 
 from buildreport import filters
-from buildreport.auth import TokenCache
+from buildreport.http.auth import TokenCache
 from buildreport.store import open_reader
 from buildreport.store.reader import KeptBuilds
 from buildreport.times import to_us
