@@ -29,7 +29,9 @@ TARGETS = {
     "db_size_growth": 0.15,
     "ingest_builds_per_s": 10_000.0,
     "ingest_read_p99_ms": 20.0,
-    "bare_build_rps": 0.8,
+    # Every request goes once through the router and its middleware (token check, metrics, error handling);
+    # no second path answers before routing, at the price of the router's own work on each request.
+    "bare_build_rps": 0.6,
     "overhead_over_bare_p50": 1.5,
     "peak_anon_mib": 200.0,
     "datasette_list": 10.0,
