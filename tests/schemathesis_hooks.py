@@ -51,7 +51,9 @@ def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
         if low is not None and high is not None and low > high:
             query[low_name], query[high_name] = query[high_name], query[low_name]
 
-    _bound_time_groups(query)
+    # /builds/stats groups by day when no group_by is given: that grouping is bounded too.
+    default = "day" if getattr(case.operation, "path", None) == "/builds/stats" else None
+    _bound_time_groups(query, default)
     wait = query.get("wait")
     if isinstance(wait, int | str) and str(wait).isdigit() and int(wait) > 1:
         query["wait"] = 1
@@ -75,9 +77,10 @@ def _moment(text: Any) -> datetime | None:
     return moment if moment is not None and moment.tzinfo is not None else None
 
 
-def _bound_time_groups(query: dict[str, Any]) -> None:
-    """Start a day or hour grouping late enough that its window holds at most MAX_TIME_GROUPS periods."""
-    grouping = query.get("group_by")
+def _bound_time_groups(query: dict[str, Any], default: str | None) -> None:
+    """Start a day or hour grouping (`default` when the query names none) late enough that its window holds at
+    most MAX_TIME_GROUPS periods."""
+    grouping = query.get("group_by", default)
     period = {"day": US_PER_DAY, "hour": US_PER_DAY // 24}.get(grouping) if isinstance(grouping, str) else None
     if period is None:
         return
