@@ -25,13 +25,9 @@ from buildreport.http.auth import principal
 from buildreport.http.parameters import (
     BUILD_ID,
     NON_EMPTY,
-    FromParam,
-    PathParam,
-    StatusParam,
-    TagsParam,
-    ToParam,
+    documented,
+    filter_parameters,
     integer,
-    path_documented,
 )
 from buildreport.http.responses import errors, json_response, success
 from buildreport.models import Build, BuildRecord, BuildSummary, BuildURL, InvalidRecordsProblem, WriteResult
@@ -54,18 +50,14 @@ def path_build_id(request: Request[Any, Any, Any]) -> str:
     summary="List builds, newest first",
     description="A plain array of builds. When more match than `limit`, a `Link: <…>; rel=\"next\"` header "
     "points at the next page.",
+    operation_class=documented(*filter_parameters(summaries=False)),
     responses={200: success(list[Build], "Builds, newest first."), **errors(400, 401, 403, 429)},
 )
 async def list_builds(
     request: Request[Any, Any, Any],
-    tags: TagsParam = None,
-    create_time_from: FromParam = None,
-    create_time_to: ToParam = None,
-    status: StatusParam = None,
     limit: Annotated[
         str | None, QueryParameter(description="1 to 10000; default 500.", schema_extra=integer(1, 10_000, 500, 50))
     ] = None,
-    derivation_path: PathParam = None,
     cursor: Annotated[
         str | None,
         QueryParameter(
@@ -81,14 +73,11 @@ async def list_builds(
     "/builds/summary",
     operation_id="summarizeBuilds",
     summary="Counts and totals over the builds a filter selects",
+    operation_class=documented(*filter_parameters(summaries=True)),
     responses={200: success(BuildSummary, "The summary."), **errors(400, 401, 403, 429)},
 )
 async def summarize_builds(
     request: Request[Any, Any, Any],
-    tags: TagsParam = None,
-    create_time_from: FromParam = None,
-    create_time_to: ToParam = None,
-    status: StatusParam = None,
 ) -> Response[bytes]:
     return json_response(request, *await answers.summary(ask_of(request)))
 
@@ -97,7 +86,7 @@ async def summarize_builds(
     "/builds/{build_id:str}",
     operation_id="getBuild",
     summary="One build",
-    operation_class=path_documented(BUILD_ID),
+    operation_class=documented(BUILD_ID),
     responses={200: success(Build, "The build."), **errors(400, 401, 403, 404, 429)},
 )
 async def get_build(request: Request[Any, Any, Any]) -> Response[bytes]:
@@ -108,7 +97,7 @@ async def get_build(request: Request[Any, Any, Any]) -> Response[bytes]:
     "/builds/{build_id:str}/url",
     operation_id="getBuildUrl",
     summary="A signed, time-limited web link to a build's page and log",
-    operation_class=path_documented(BUILD_ID),
+    operation_class=documented(BUILD_ID),
     responses={200: success(BuildURL, "The link."), **errors(400, 401, 403, 404, 429)},
 )
 async def get_build_url(

@@ -17,11 +17,8 @@ from buildreport.http.answers import ask_of, query_pairs
 from buildreport.http.auth import principal
 from buildreport.http.parameters import (
     NON_EMPTY,
-    FromParam,
-    PathParam,
-    StatusParam,
-    TagsParam,
-    ToParam,
+    documented,
+    filter_parameters,
     grouping,
     integer,
 )
@@ -48,14 +45,11 @@ GroupByParam = Annotated[
     "ascending time, empty ones with zero counts; other groups come by `build_count` descending, ties by key, at "
     "most `limit` of them. Percentiles are exact, by the nearest-rank method. A `tag:KEY` grouping leaves out "
     "builds without the tag.",
+    operation_class=documented(*filter_parameters(summaries=True)),
     responses={200: success(list[BuildStatsGroup], "The groups."), **errors(400, 401, 403, 429)},
 )
 async def build_stats(
     request: Request[Any, Any, Any],
-    tags: TagsParam = None,
-    create_time_from: FromParam = None,
-    create_time_to: ToParam = None,
-    status: StatusParam = None,
     group_by: GroupByParam = None,
     limit: Annotated[
         str | None,
@@ -81,15 +75,11 @@ _EXPORT_RESPONSE = ResponseSpec(
     "/builds/export",
     operation_id="exportBuilds",
     summary="Every matching build as CSV or JSON Lines, streamed",
+    operation_class=documented(*filter_parameters(summaries=False)),
     responses={200: _EXPORT_RESPONSE, **errors(400, 401, 403, 429)},
 )
 async def export_builds(
     request: Request[Any, Any, Any],
-    tags: TagsParam = None,
-    create_time_from: FromParam = None,
-    create_time_to: ToParam = None,
-    status: StatusParam = None,
-    derivation_path: PathParam = None,
     format: Annotated[
         str | None,
         QueryParameter(

@@ -15,7 +15,7 @@ from litestar.openapi.spec import OpenAPIFormat, OpenAPIType, Operation, Paramet
 from litestar.params import QueryParameter
 
 from buildreport import filters
-from buildreport.filter_spec import FIELDS_BY_NAME, FilterField
+from buildreport.filter_spec import FIELDS_BY_NAME, FILTER_FIELDS, FilterField
 
 
 def integer(low: int, high: int, default: int | None = None, example: int | None = None) -> dict[str, Any]:
@@ -53,11 +53,7 @@ def filter_parameter(name: str) -> Any:
     return Annotated[str | None, QueryParameter(description=field.description, schema_extra=schema_of(field))]
 
 
-TagsParam = filter_parameter("tags")
-StatusParam = filter_parameter("status")
-FromParam = filter_parameter("create_time_from")
-ToParam = filter_parameter("create_time_to")
-PathParam = filter_parameter("derivation_path")
+TagsParam = filter_parameter("tags")  # the badge link's series, documented as the filter's own
 _BUILD_ID = "Positive 64-bit build identifier."
 # The path's build id, which handlers read from the path as written and validate themselves
 # (filters.parse_build_id), so Litestar converts nothing for it.
@@ -71,19 +67,52 @@ BUILD_ID = Parameter(
 )
 
 
-def path_documented(*declared: Parameter) -> type[Operation]:
-    """An operation class documenting `declared` (path parameters, first, in this order) in place of the plain
-    text parameters Litestar infers from the path of a handler that does not take them as arguments."""
+def _schema(field: FilterField) -> Schema:
+    """The schema of a filter field's text, as `schema_of` states it."""
+    many = len(field.formats) > 1  # one of several formats, e.g. a date or a date-time
+    return Schema(
+        type=OpenAPIType.STRING,
+        description=field.description,
+        min_length=field.min_length,
+        pattern=field.pattern,
+        format=OpenAPIFormat(field.formats[0]) if len(field.formats) == 1 else None,
+        any_of=[Schema(format=OpenAPIFormat(name)) for name in field.formats] if many else None,
+        examples=list(field.examples) or None,
+    )
+
+
+def filter_parameters(*, summaries: bool) -> tuple[Parameter, ...]:
+    """The query parameters of the filter fields a route takes: all of them (a list, an export) or, with
+    `summaries`, those summaries and statistics take; in the specification's order."""
+    return tuple(
+        Parameter(
+            name=field.name,
+            param_in=ParamType.QUERY,
+            schema=_schema(field),
+            description=field.description,
+            required=False,
+            deprecated=False,
+            allow_empty_value=False,
+            allow_reserved=False,
+        )
+        for field in FILTER_FIELDS
+        if field.summaries or not summaries
+    )
+
+
+def documented(*declared: Parameter) -> type[Operation]:
+    """An operation class documenting `declared` (first, in this order) beside what the handler's signature
+    declares: the parameters a handler reads itself from the path or the query (the build id, the filter), which
+    Litestar then neither converts nor documents on its own."""
     names = {parameter.name for parameter in declared}
 
     @dataclass
-    class PathDocumented(Operation):
+    class Documented(Operation):
         def __post_init__(self) -> None:
-            if self.parameters:
-                others = [given for given in self.parameters if getattr(given, "name", None) not in names]
-                self.parameters = [*declared, *others]
+            others = [given for given in self.parameters or () if getattr(given, "name", None) not in names]
+            self.parameters = [*declared, *others]
 
-    return PathDocumented
+    return Documented
 
 
 def grouping(*names: str) -> dict[str, Any]:
