@@ -31,7 +31,7 @@ from buildreport.models import (
 )
 from buildreport.store.reader import Reader
 from buildreport.store.transaction import WriteConflicts
-from buildreport.store.writer_process import Writes
+from buildreport.store.writer import Writes
 from buildreport.times import now_us
 from buildreport.tokens import READ_SCOPE, WRITE_SCOPE
 

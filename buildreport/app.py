@@ -31,7 +31,7 @@ from buildreport.oidc import Verifier
 from buildreport.signing import DashboardSigner, LinkSigner
 from buildreport.store import engine_errors, open_database, open_reader
 from buildreport.store.errors import DatabaseUnavailable
-from buildreport.store.writer_process import Writes
+from buildreport.store.writer import Writes
 
 log = logging.getLogger("buildreport")
 
