@@ -142,7 +142,7 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
         app.state.event_bell = bell
         app.state.writes = Writes(settings.db, event_rules(settings), on_events=on_events)
         app.state.heavy = answers.heavy_turns()
-        deliverer.start()
+        deliverer.start(app.state.writes)
         try:
             yield
         finally:

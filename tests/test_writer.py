@@ -186,7 +186,7 @@ def test_a_write_whose_process_died_is_a_503_and_the_next_one_is_written(env) ->
     served = create_app(env.settings())
     with TestClient(served, base_url="http://testserver.local") as client:
         assert client.post("/builds", json=[write_record("h:first")], headers=headers).status_code == 200
-        pid = served.app.app.state.writes._process.pid
+        pid = served.app.app.state.writes.writer.pid
         holder = sqlite3.connect(env.db)
         holder.execute("BEGIN IMMEDIATE")  # another writer: the request's write waits for it, under way
         answers = []
@@ -211,7 +211,7 @@ def test_a_write_whose_process_died_is_a_503_and_the_next_one_is_written(env) ->
 def test_jobs_keep_every_field_of_the_records(db) -> None:
     """A job is JSON: times keep their offsets, numbers and logs come through as sent."""
     sent = records(write_record("f:1", create_time="2026-01-02T03:04:05.123456+05:30", log="line one\nline two\n"))
-    from buildreport.store.writer import _JOB
+    from buildreport.store.writer_jobs import JOB as _JOB
 
     decoded = _JOB.decode(encode_job("acme", sent, 7))
     assert (decoded.account, decoded.now_us) == ("acme", 7)

@@ -97,7 +97,6 @@ def check_port(host: str, port: int) -> None:
 def run_server(settings: Settings, *, create: bool = True) -> None:
     """Serve `settings.db`; with `create` False a missing SQLite file is an error rather than a new database
     (a typo in --db must not serve an empty one)."""
-    from buildreport.config import SETTINGS_ENV, to_env
     from buildreport.envelope import configure_logging
 
     check_port(settings.host, settings.port)
@@ -109,6 +108,16 @@ def run_server(settings: Settings, *, create: bool = True) -> None:
     from buildreport import retention  # the daily prune, when --retention asks for it
 
     retention.start(settings)
+    from buildreport.events.deliver import event_rules
+    from buildreport.store.writer import shared_writer
+
+    with shared_writer(settings.db, event_rules(settings)):  # one writer for all the workers, started first
+        _serve(settings)
+
+
+def _serve(settings: Settings) -> None:
+    """uvicorn with one process, or a supervisor of several."""
+    from buildreport.config import SETTINGS_ENV, to_env
     from buildreport.protocol import ServeConfig
     from buildreport.sdnotify import ServiceNotifier
     from buildreport.serving import NotifyingServer, NotifyingSupervisor

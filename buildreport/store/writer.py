@@ -1,137 +1,113 @@
-"""The server's writes run in a process of their own, one per server worker, started on its first write.
+"""One writer per server: every write of the server runs in one process of its own, whatever its workers.
 
-A write is Python work (the writer's bookkeeping) between many short database calls, and each of those
-calls lets go of the interpreter lock. In a worker that is answering reads at the same time, every one of
-them hands the lock to the event loop and waits to get it back, several times slower (bench/store.md). In a
+Why a process: a write is Python work (the writer's bookkeeping) between many short database calls, and each
+of those calls lets go of the interpreter lock. In a worker that is answering reads at the same time, every one
+of them hands the lock to the event loop and waits to get it back, several times slower (bench/store.md). In a
 process of its own the write keeps a core and an interpreter to itself, and the reads lose nothing to it.
+Why one per server: the database then has one writer, whose jobs take turns in the order they arrive, with
+`--workers 1` or `--workers 8` alike.
 
-`Writes` is the worker's side: it sends the validated records (`WriteJob`, as JSON, so times keep their
-offsets) over a pipe and waits for the `Outcome`. The process ends when the pipe closes, and with the worker
-if that dies first. A process that dies mid-write takes its open transaction with it: nothing of that
-request is stored.
+`WriterProcess` owns it: `serve` starts one before its workers and names it to them in the environment
+(`shared_writer`); an app created without `serve` (tests, a TestClient) starts one for itself. A writer that
+dies is started again at the same address; the job it was doing dies with its open transaction, so nothing of
+that request is stored and the request is answered 503. `WriterClient` is a worker's connection to it, and
+`Writes` the worker's asynchronous face (jobs in store/writer_jobs.py, the process in store/writer_server.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import multiprocessing
-import signal
-from collections.abc import Callable
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Client, Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
-import msgspec
-
 from buildreport.events.derive import Rules
-from buildreport.lifeline import follow_parent_process
-from buildreport.models import BuildRecord, InvalidRecord, WriteResult
-from buildreport.store import engine_errors, engine_message
-from buildreport.store.errors import DatabaseError, DatabaseUnavailable
-from buildreport.store.transaction import DEFAULT_RULES, WriteConflicts, WriteSession
+from buildreport.models import BuildRecord, WriteResult
+from buildreport.store.errors import DatabaseUnavailable
+from buildreport.store.transaction import DEFAULT_RULES, WriteConflicts
+from buildreport.store.writer_jobs import ENCODER, OUTCOME, Job, Outcome, encode_job
+from buildreport.store.writer_server import serve
 
+__all__ = ["Outcome", "WriteProcess", "WriterClient", "WriterProcess", "Writes", "encode_job", "shared_writer"]
+log = logging.getLogger("buildreport.writer")
 STOP_SECONDS = 10.0
+START_SECONDS = 60.0
+CONNECT_SECONDS = 10.0  # how long a job waits for a writer that is starting (again)
+ADDRESS_ENV = "BUILDREPORT_WRITER"
+KEY_ENV = "BUILDREPORT_WRITER_KEY"
+MAX_BASE_CHARS = 70
+GONE = "the write process stopped before it answered"
 
 
-class WriteJob(msgspec.Struct, array_like=True):
-    account: str
-    now_us: int
-    records: list[BuildRecord]
+def _socket_base() -> str:
+    """The temporary folder, unless its path is too long for a Unix socket's address (108 bytes on Linux)."""
+    base = tempfile.gettempdir()
+    return base if len(base) <= MAX_BASE_CHARS else "/tmp"
 
 
-class Outcome(msgspec.Struct, omit_defaults=True, array_like=True):
-    """Exactly one of: what was written, the records that conflict, or why the database could not be written."""
-
-    result: WriteResult | None = None
-    conflicts: list[InvalidRecord] | None = None
-    unavailable: str | None = None  # the database failed or refused (a 503)
-    failed: str | None = None  # anything else (a 500)
-    events: int = 0  # how many events the write made, with `result`
-
-
-_JOB = msgspec.json.Decoder(WriteJob)
-_OUTCOME = msgspec.json.Decoder(Outcome)
-_ENCODER = msgspec.json.Encoder()
-
-
-def encode_job(account: str, records: list[BuildRecord], now_us: int) -> bytes:
-    return _ENCODER.encode(WriteJob(account, now_us, records))
-
-
-def _outcome_of(session: WriteSession, payload: bytes) -> Outcome:
-    try:
-        job = _JOB.decode(payload)
-        result, events = session.write_counted(job.account, job.records, job.now_us)
-        return Outcome(result=result, events=events)
-    except WriteConflicts as exc:
-        return Outcome(conflicts=exc.invalid)
-    except (DatabaseError, *engine_errors()) as exc:
-        return Outcome(unavailable=engine_message(exc))
-    except Exception as exc:  # reported to the worker, which logs it and answers 500
-        return Outcome(failed=f"{type(exc).__name__}: {exc}")
-
-
-def serve(channel: Connection, db: str, rules: Rules = DEFAULT_RULES) -> None:
-    """The write process: one job at a time from the pipe, each answered, until the pipe closes."""
-    # Ctrl-C at a terminal and a stop sent to the whole process group are the server's to act on: it finishes
-    # the write under way, then closes the pipe, which ends this process.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    follow_parent_process()
-    session = WriteSession(db, rules)
-    try:
-        while True:
-            try:
-                payload = channel.recv_bytes()
-                channel.send_bytes(_ENCODER.encode(_outcome_of(session, payload)))
-            except (EOFError, OSError):  # the server closed its end, or is gone
-                return
-    finally:
-        session.close()
-
-
-class WriteProcess:
-    """The worker's end of the write process; called by one thread at a time."""
+class WriterProcess:
+    """Starts the one writer, starts it again if it dies, stops it; its socket lives in a private folder."""
 
     def __init__(self, db: str, rules: Rules = DEFAULT_RULES) -> None:
-        self._db = db
-        self._rules = rules
+        self._db, self._rules = db, rules
+        self._folder = tempfile.mkdtemp(prefix="buildreport-writer-", dir=_socket_base())  # mode 0700
+        self.address = os.path.join(self._folder, "writer.sock")
+        self.authkey = secrets.token_bytes(32)
         self._process: BaseProcess | None = None
-        self._channel: Connection | None = None
+        self._control: Connection | None = None
+        self._stopping = threading.Event()
+        self._started = threading.Event()
+        # It starts the writer, and starts it again whenever it dies, until the owner stops it.
+        self._keeper = threading.Thread(target=self._keep, name="buildreport-writer-keeper", daemon=True)
+        self._keeper.start()
+        if not self._started.wait(START_SECONDS):
+            log.warning("the writer is slow to start")
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        process = self._process
+        return process.pid if process is not None else None
 
-    def _start(self) -> Connection:
+    def _start(self) -> None:
         context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
         ours, theirs = context.Pipe()
-        process = context.Process(target=serve, args=(theirs, self._db, self._rules), name="buildreport-writer")
+        process = context.Process(target=serve, args=(theirs, self.address, self.authkey, self._db, self._rules),
+                                  name="buildreport-writer")
         process.start()
         theirs.close()
-        self._process, self._channel = process, ours
-        return ours
+        with contextlib.suppress(EOFError, OSError):
+            if ours.poll(START_SECONDS):
+                ours.recv_bytes()  # READY: the socket listens
+        self._process, self._control = process, ours
 
-    def run(self, payload: bytes) -> Outcome:
-        """Send one job and wait for its outcome; a process that has died is started again for the next job."""
-        channel = self._channel if self._process is not None and self._process.is_alive() else None
-        if channel is None:
-            self.stop()
-            channel = self._start()
-        try:
-            channel.send_bytes(payload)
-            return _OUTCOME.decode(channel.recv_bytes())
-        except (EOFError, OSError):
-            self.stop()
-            return Outcome(unavailable="the write process stopped before it answered")
+    def _keep(self) -> None:
+        while not self._stopping.is_set():
+            self._start()
+            self._started.set()
+            process = self._process
+            assert process is not None
+            while not self._stopping.is_set() and process.is_alive():
+                multiprocessing.connection.wait([process.sentinel], 0.2)
+            if not self._stopping.is_set():
+                log.warning("the writer stopped (exit status %s); starting another", process.exitcode)
+            self._end()
 
-    def stop(self) -> None:
-        """Close the pipe (the process ends on it) and wait for the process; kill it past STOP_SECONDS."""
-        channel, process = self._channel, self._process
-        self._channel = self._process = None
-        if channel is not None:
-            channel.close()
+    def _end(self) -> None:
+        control, process = self._control, self._process
+        self._control = self._process = None
+        if control is not None:
+            control.close()  # the writer ends on it, after the job under way
         if process is not None:
             process.join(STOP_SECONDS)
             if process.is_alive():
@@ -139,37 +115,144 @@ class WriteProcess:
                 process.join(STOP_SECONDS)
             process.close()
 
+    def stop(self) -> None:
+        self._stopping.set()
+        self._keeper.join(2 * STOP_SECONDS + 1)  # it ends the writer, after the job under way
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+class WriterClient:
+    """A connection to the one writer; used by one thread at a time."""
+
+    def __init__(self, address: str, authkey: bytes) -> None:
+        self._address, self._authkey = address, authkey
+        self._conn: Connection | None = None
+
+    def _connect(self) -> Connection:
+        deadline = time.monotonic() + CONNECT_SECONDS
+        while True:
+            try:
+                return Client(self._address, family="AF_UNIX", authkey=self._authkey)
+            except (OSError, EOFError):  # starting again: its socket is not there yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def run(self, payload: bytes) -> Outcome:
+        """Send one job and wait for its outcome; a writer that is gone is reached again for the next job."""
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+        except (OSError, EOFError) as exc:
+            return Outcome(unavailable=f"the writer cannot be reached: {exc}")
+        try:
+            self._conn.send_bytes(payload)
+            return OUTCOME.decode(self._conn.recv_bytes())
+        except (EOFError, OSError):
+            self.close()
+            return Outcome(unavailable=GONE)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+class WriteProcess:
+    """A writer of one's own with a connection to it (an app created without `serve`, tests)."""
+
+    def __init__(self, db: str, rules: Rules = DEFAULT_RULES) -> None:
+        self._process = WriterProcess(db, rules)
+        self._client = WriterClient(self._process.address, self._process.authkey)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    @property
+    def address(self) -> str:
+        return self._process.address
+
+    def run(self, payload: bytes) -> Outcome:
+        return self._client.run(payload)
+
+    def stop(self) -> None:
+        self._client.close()
+        self._process.stop()
+
+
+@contextlib.contextmanager
+def shared_writer(db: str, rules: Rules = DEFAULT_RULES) -> Iterator[WriterProcess]:
+    """The server's one writer, named to the workers (and the app in this process) for as long as it serves."""
+    writer = WriterProcess(db, rules)
+    os.environ[ADDRESS_ENV], os.environ[KEY_ENV] = writer.address, writer.authkey.hex()
+    try:
+        yield writer
+    finally:
+        os.environ.pop(ADDRESS_ENV, None)
+        os.environ.pop(KEY_ENV, None)
+        writer.stop()
+
+
+def _server_writer() -> WriterClient | None:
+    address, key = os.environ.get(ADDRESS_ENV), os.environ.get(KEY_ENV)
+    return WriterClient(address, bytes.fromhex(key)) if address and key else None
+
 
 class Writes:
-    """The server's writes, in the order requests arrive, done by its write process."""
+    """A worker's writes, in the order its requests arrive, done by the server's one writer."""
 
     def __init__(
         self, path: Path | str, rules: Rules = DEFAULT_RULES, on_events: Callable[[int], None] | None = None
     ) -> None:  # a file or a postgresql:// URL; `on_events` is told of each write that made events
-        self._process = WriteProcess(str(path), rules)
+        self._own: WriteProcess | None = None
+        self._path, self._rules = str(path), rules
+        self._client = _server_writer()  # under `serve`; else a writer of its own, started on the first write
         self._on_events = on_events
-        # One thread waits on the process, so jobs go to it one at a time, in order.
+        # One thread waits on the writer, so this worker's jobs go to it one at a time, in order.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")
 
-    def _write(self, account: str, records: list[BuildRecord], now_us: int) -> Outcome:
-        outcome = self._process.run(encode_job(account, records, now_us))
-        if outcome.result is not None:
-            return outcome
+    @property
+    def writer(self) -> WriteProcess | WriterClient:
+        if self._client is not None:
+            return self._client
+        if self._own is None:
+            self._own = WriteProcess(self._path, self._rules)
+        return self._own
+
+    def _run(self, payload: bytes) -> Outcome:
+        outcome = self.writer.run(payload)
         if outcome.conflicts is not None:
             raise WriteConflicts(outcome.conflicts)
         if outcome.unavailable is not None:
             raise DatabaseUnavailable(outcome.unavailable)
-        raise RuntimeError(f"the write failed: {outcome.failed}")
+        if outcome.failed is not None:
+            raise RuntimeError(f"the write failed: {outcome.failed}")
+        return outcome
+
+    async def run(self, job: Job) -> Outcome:
+        """Any job (a delivery's bookkeeping, ...) done by the writer; DatabaseUnavailable when it could not be."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._run, ENCODER.encode(job))
 
     async def write(self, account: str, records: list[BuildRecord], now_us: int) -> WriteResult:
+        return (await self.write_outcome(account, records, now_us)).result  # type: ignore[return-value]
+
+    async def write_outcome(self, account: str, records: list[BuildRecord], now_us: int) -> Outcome:
+        """The write's outcome, with the writer that did it."""
         loop = asyncio.get_running_loop()
-        outcome = await loop.run_in_executor(self._thread, self._write, account, records, now_us)
+        outcome = await loop.run_in_executor(self._thread, self._run, encode_job(account, records, now_us))
         if outcome.events and self._on_events is not None:
             self._on_events(outcome.events)
-        assert outcome.result is not None
-        return outcome.result
+        return outcome
+
+    def _close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self._own is not None:
+            self._own.stop()
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._thread, self._process.stop)
+        await loop.run_in_executor(self._thread, self._close)
         self._thread.shutdown(wait=True)
