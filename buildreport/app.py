@@ -141,14 +141,15 @@ def create_litestar(settings: Settings, auth: AuthMiddleware) -> Litestar:
 
         app.state.event_bell = bell
         app.state.writes = Writes(settings.db, event_rules(settings), on_events=on_events)
+        app.state.reader.write_tokens_with(app.state.writes)
         app.state.heavy = answers.heavy_turns()
         deliverer.start(app.state.writes)
         try:
             yield
         finally:
             await deliverer.close()
+            await app.state.reader.close()  # after the token writes it waits for, which go to the writer
             await app.state.writes.close()
-            await app.state.reader.close()
 
     from buildreport.badges import BadgeSigner, badge_router
     from buildreport.dashboard import dashboard_router

@@ -5,13 +5,11 @@ records come through as validated. Each is done whole, in the writer's turn, by 
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
-from buildreport.store.hooks import Claimed, claim, delivered, drop_old_events, give_up, retry_later
-from buildreport.store.transaction import WriteSession
+from buildreport.store import trust
+from buildreport.store.hooks import Claimed
 
 
 class WriteBuilds(msgspec.Struct, tag="builds", array_like=True):
@@ -61,7 +59,20 @@ class DropOldEvents(msgspec.Struct, tag="drop_events", array_like=True):
     batch: int
 
 
-Job = WriteBuilds | ClaimDeliveries | DropOldEvents
+class TouchToken(msgspec.Struct, tag="touch_token", array_like=True):
+    """When a token was last used (at most once a minute a token: auth.py decides)."""
+
+    token_id: str
+    now_us: int
+
+
+class IssueToken(msgspec.Struct, tag="issue_token", array_like=True):
+    """A token the server issued (an exchange), committed before it is handed out."""
+
+    token: trust.NewToken
+
+
+Job = WriteBuilds | ClaimDeliveries | DropOldEvents | TouchToken | IssueToken
 
 
 class Outcome(msgspec.Struct, omit_defaults=True, array_like=True):
@@ -84,29 +95,3 @@ ENCODER = msgspec.json.Encoder()
 
 def encode_job(account: str, records: list[BuildRecord], now_us: int) -> bytes:
     return ENCODER.encode(WriteBuilds(account, now_us, records))
-
-
-def _settle(conn: Any, settled: Settled) -> None:
-    if isinstance(settled, Delivered):
-        delivered(conn, settled.delivery_id, settled.status, settled.now_us)
-    elif isinstance(settled, GiveUp):
-        give_up(conn, settled.delivery_id, settled.status, settled.error, settled.now_us, settled.disable)
-    else:
-        retry_later(conn, settled.delivery_id, settled.status, settled.error, settled.next_us)
-
-
-def _claim(conn: Any, job: ClaimDeliveries) -> list[Claimed]:
-    if job.settled is not None:
-        _settle(conn, job.settled)
-    return claim(conn, job.now_us, job.lease_until_us, job.owner, job.room) if job.room > 0 else []
-
-
-def do(session: WriteSession, job: Job) -> Outcome:
-    """Do one job on the writer's connection, in its turn among the server's writers."""
-    if isinstance(job, WriteBuilds):
-        result, events = session.write_counted(job.account, job.records, job.now_us)
-        return Outcome(result=result, events=events)
-    if isinstance(job, ClaimDeliveries):
-        return Outcome(claimed=session.run(lambda conn: _claim(conn, job)))
-    return Outcome(count=session.run(lambda conn: drop_old_events(conn, job.before_us, job.batch)))
-

@@ -15,14 +15,84 @@ import os
 import signal
 import threading
 from multiprocessing.connection import Connection, Listener
+from typing import Any
 
 from buildreport.events.derive import Rules
-from buildreport.store import engine_errors, engine_message
+from buildreport.store import engine_errors, engine_message, is_postgres, queries, trust
 from buildreport.store.errors import DatabaseError
+from buildreport.store.hooks import Claimed, claim, delivered, drop_old_events, give_up, retry_later
 from buildreport.store.transaction import WriteConflicts, WriteSession
-from buildreport.store.writer_jobs import ENCODER, JOB, Outcome, do
+from buildreport.store.writer_jobs import (
+    ENCODER,
+    JOB,
+    ClaimDeliveries,
+    Delivered,
+    GiveUp,
+    IssueToken,
+    Job,
+    Outcome,
+    Settled,
+    TouchToken,
+    WriteBuilds,
+)
 
 READY = b"ready"
+
+
+def _settle(conn: Any, settled: Settled) -> None:
+    if isinstance(settled, Delivered):
+        delivered(conn, settled.delivery_id, settled.status, settled.now_us)
+    elif isinstance(settled, GiveUp):
+        give_up(conn, settled.delivery_id, settled.status, settled.error, settled.now_us, settled.disable)
+    else:
+        retry_later(conn, settled.delivery_id, settled.status, settled.error, settled.next_us)
+
+
+def _claim(conn: Any, job: ClaimDeliveries) -> list[Claimed]:
+    if job.settled is not None:
+        _settle(conn, job.settled)
+    return claim(conn, job.now_us, job.lease_until_us, job.owner, job.room) if job.room > 0 else []
+
+
+class Tokens:
+    """Where tokens are written: SQLite's tokens file, on a connection of its own (the builds' file stays free
+    for others meanwhile), or PostgreSQL's database, on the write connection. Each statement commits at once."""
+
+    def __init__(self, db: str, session: WriteSession) -> None:
+        self._db, self._session = db, session
+        self._conn: Any = None
+
+    def execute(self, query: queries.Query) -> None:
+        sql, params = query
+        if is_postgres(self._db):
+            self._session.run(lambda conn: conn.execute(sql, params))
+            return
+        if self._conn is None:
+            from buildreport.store.sqlite.schema import open_auth
+
+            self._conn = open_auth(self._db)
+        self._conn.execute(sql, params)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def do(session: WriteSession, tokens: Tokens, job: Job) -> Outcome:
+    """Do one job on the writer's connections, in its turn among the server's writers."""
+    if isinstance(job, TouchToken):
+        tokens.execute(queries.touch_token(job.token_id, job.now_us))
+        return Outcome()
+    if isinstance(job, IssueToken):
+        tokens.execute(trust.insert_token(job.token))
+        return Outcome()
+    if isinstance(job, WriteBuilds):
+        result, events = session.write_counted(job.account, job.records, job.now_us)
+        return Outcome(result=result, events=events)
+    if isinstance(job, ClaimDeliveries):
+        return Outcome(claimed=session.run(lambda conn: _claim(conn, job)))
+    return Outcome(count=session.run(lambda conn: drop_old_events(conn, job.before_us, job.batch)))
 
 
 class Jobs:
@@ -30,6 +100,7 @@ class Jobs:
 
     def __init__(self, db: str, rules: Rules) -> None:
         self.session = WriteSession(db, rules)
+        self.tokens = Tokens(db, self.session)
         self.turn = threading.Lock()
         self.pid = os.getpid()
 
@@ -37,7 +108,7 @@ class Jobs:
         try:
             job = JOB.decode(payload)
             with self.turn:
-                outcome = do(self.session, job)
+                outcome = do(self.session, self.tokens, job)
             outcome.writer = self.pid
             return outcome
         except WriteConflicts as exc:
@@ -86,6 +157,7 @@ def serve(control: Connection, address: str, authkey: bytes, db: str, rules: Rul
         control.recv_bytes()  # nothing is ever sent: this waits for the owner to close it
     with jobs.turn:  # the job under way ends first
         listener.close()  # and removes the socket
+        jobs.tokens.close()
         jobs.session.close()
     with contextlib.suppress(OSError):  # the owner's private folder, if the owner could not remove it
         os.rmdir(os.path.dirname(address))
