@@ -106,13 +106,15 @@ def run_server(settings: Settings, *, create: bool = True) -> None:
     check_signing_keys(settings)
     configure_logging()
     from buildreport import retention  # the daily prune, when --retention asks for it
-
-    retention.start(settings)
     from buildreport.events.deliver import event_rules
     from buildreport.store.writer import shared_writer
 
     with shared_writer(settings.db, event_rules(settings)):  # one writer for all the workers, started first
-        _serve(settings)
+        stop_pruning = retention.start(settings)  # by that writer too
+        try:
+            _serve(settings)
+        finally:
+            stop_pruning.set()
 
 
 def _serve(settings: Settings) -> None:

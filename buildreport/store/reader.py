@@ -25,11 +25,11 @@ from buildreport.models import BuildSummary, Usage
 from buildreport.store import badges, event_reads, queries, stats_queries, tag_totals, trust
 from buildreport.store.dialect import Dialect
 from buildreport.store.errors import DatabaseUnavailable
-from buildreport.store.writer_jobs import IssueToken, Job, TouchToken
 from buildreport.times import US_PER_SECOND
 
 if TYPE_CHECKING:
     from buildreport.store.writer import Writes
+    from buildreport.store.writer_jobs import Job
 
 log = logging.getLogger("buildreport.store")
 
@@ -125,6 +125,8 @@ class Reader(abc.ABC):
 
     def touch_token(self, token_id: str, now_us: int) -> None:
         """Record a token's last use in the background, by the server's writer: no request waits for it."""
+        from buildreport.store.writer_jobs import TouchToken  # it names this package's modules: not at its start
+
         task = asyncio.create_task(self._write_token(TouchToken(token_id, now_us)))
         self._pending.add(task)
         task.add_done_callback(self._touched)
@@ -191,6 +193,8 @@ class Reader(abc.ABC):
 
     async def add_token(self, token: trust.NewToken) -> None:
         """Store a token the server issued (an exchange), committed before it is handed out."""
+        from buildreport.store.writer_jobs import IssueToken
+
         await self._write_token(IssueToken(token))
 
     async def token_life(self, token_id: str) -> tuple[int, int | None] | None:

@@ -39,7 +39,6 @@ from buildreport.store.transaction import DEFAULT_RULES, WriteConflicts
 from buildreport.store.writer_jobs import ENCODER, OUTCOME, Job, Outcome, encode_job
 from buildreport.store.writer_server import serve
 
-__all__ = ["Outcome", "WriteProcess", "WriterClient", "WriterProcess", "Writes", "encode_job", "shared_writer"]
 log = logging.getLogger("buildreport.writer")
 STOP_SECONDS = 10.0
 START_SECONDS = 60.0
@@ -194,7 +193,8 @@ def shared_writer(db: str, rules: Rules = DEFAULT_RULES) -> Iterator[WriterProce
         writer.stop()
 
 
-def _server_writer() -> WriterClient | None:
+def server_writer() -> WriterClient | None:
+    """A connection to the server's one writer, under `serve`; None elsewhere."""
     address, key = os.environ.get(ADDRESS_ENV), os.environ.get(KEY_ENV)
     return WriterClient(address, bytes.fromhex(key)) if address and key else None
 
@@ -207,7 +207,7 @@ class Writes:
     ) -> None:  # a file or a postgresql:// URL; `on_events` is told of each write that made events
         self._own: WriteProcess | None = None
         self._path, self._rules = str(path), rules
-        self._client = _server_writer()  # under `serve`; else a writer of its own, started on the first write
+        self._client = server_writer()  # under `serve`; else a writer of its own, started on the first write
         self._on_events = on_events
         # One thread waits on the writer, so this worker's jobs go to it one at a time, in order.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-write")

@@ -10,6 +10,7 @@ import msgspec
 from buildreport.models import BuildRecord, InvalidRecord, WriteResult
 from buildreport.store import trust
 from buildreport.store.hooks import Claimed
+from buildreport.store.prune import Policy, Pruned
 
 
 class WriteBuilds(msgspec.Struct, tag="builds", array_like=True):
@@ -72,7 +73,14 @@ class IssueToken(msgspec.Struct, tag="issue_token", array_like=True):
     token: trust.NewToken
 
 
-Job = WriteBuilds | ClaimDeliveries | DropOldEvents | TouchToken | IssueToken
+class Prune(msgspec.Struct, tag="prune", array_like=True):
+    """Retention's prune: batch by batch, each in the writer's turn, so other jobs wait at most one batch."""
+
+    policy: Policy
+    now_us: int
+
+
+Job = WriteBuilds | ClaimDeliveries | DropOldEvents | TouchToken | IssueToken | Prune
 
 
 class Outcome(msgspec.Struct, omit_defaults=True, array_like=True):
@@ -86,6 +94,7 @@ class Outcome(msgspec.Struct, omit_defaults=True, array_like=True):
     writer: int = 0  # the process id of the writer that answered
     claimed: list[Claimed] | None = None  # deliveries leased, for ClaimDeliveries
     count: int = 0  # events dropped, for DropOldEvents
+    pruned: Pruned | None = None  # for Prune
 
 
 JOB = msgspec.json.Decoder(Job)

@@ -14,13 +14,15 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 from buildreport.events.derive import Rules
-from buildreport.store import engine_errors, engine_message, is_postgres, queries, trust
+from buildreport.store import connect, engine_errors, engine_message, is_postgres, queries, trust
 from buildreport.store.errors import DatabaseError
 from buildreport.store.hooks import Claimed, claim, delivered, drop_old_events, give_up, retry_later
+from buildreport.store.prune import give_back_space, prune, writers_turn
 from buildreport.store.transaction import WriteConflicts, WriteSession
 from buildreport.store.writer_jobs import (
     ENCODER,
@@ -31,6 +33,7 @@ from buildreport.store.writer_jobs import (
     IssueToken,
     Job,
     Outcome,
+    Prune,
     Settled,
     TouchToken,
     WriteBuilds,
@@ -99,6 +102,7 @@ class Jobs:
     """One write connection and the turn every client's job takes on it."""
 
     def __init__(self, db: str, rules: Rules) -> None:
+        self.db = db
         self.session = WriteSession(db, rules)
         self.tokens = Tokens(db, self.session)
         self.turn = threading.Lock()
@@ -107,8 +111,11 @@ class Jobs:
     def outcome(self, payload: bytes) -> Outcome:
         try:
             job = JOB.decode(payload)
-            with self.turn:
-                outcome = do(self.session, self.tokens, job)
+            if isinstance(job, Prune):
+                outcome = self.prune(job)  # it takes the turn batch by batch
+            else:
+                with self.turn:
+                    outcome = do(self.session, self.tokens, job)
             outcome.writer = self.pid
             return outcome
         except WriteConflicts as exc:
@@ -117,6 +124,25 @@ class Jobs:
             return Outcome(unavailable=engine_message(exc), writer=self.pid)
         except Exception as exc:  # reported to the worker, which logs it and answers 500
             return Outcome(failed=f"{type(exc).__name__}: {exc}", writer=self.pid)
+
+
+    def prune(self, job: Prune) -> Outcome:
+        """Retention's prune on a connection of its own, each batch (and each step giving space back) in the turn
+        of this writer's jobs and of the database's writers (store/prune.py), then its space given back."""
+        conn = connect(self.db)
+        try:
+            with writers_turn(self.db) as database_turn:
+
+                @contextlib.contextmanager
+                def turn() -> Iterator[None]:
+                    with self.turn, database_turn():
+                        yield
+
+                done = prune(conn, job.policy, job.now_us, turn)
+                done.freed_bytes = give_back_space(conn, turn) or 0
+        finally:
+            conn.close()
+        return Outcome(pruned=done)
 
 
 def _answer(client: Connection, jobs: Jobs) -> None:
