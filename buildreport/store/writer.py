@@ -42,6 +42,7 @@ from buildreport.store.writer_server import serve
 log = logging.getLogger("buildreport.writer")
 STOP_SECONDS = 10.0
 START_SECONDS = 60.0
+RESTART_SECONDS = 0.2
 CONNECT_SECONDS = 10.0  # how long a job waits for a writer that is starting (again)
 ADDRESS_ENV = "BUILDREPORT_WRITER"
 KEY_ENV = "BUILDREPORT_WRITER_KEY"
@@ -101,6 +102,7 @@ class WriterProcess:
             if not self._stopping.is_set():
                 log.warning("the writer stopped (exit status %s); starting another", process.exitcode)
             self._end()
+            self._stopping.wait(RESTART_SECONDS)  # a writer that cannot start is not started in a tight loop
 
     def _end(self) -> None:
         control, process = self._control, self._process
