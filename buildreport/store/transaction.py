@@ -1,5 +1,5 @@
 """Writes for the server: one request's records in one transaction, on a write connection of their own (the
-write process's, see writer_process.py).
+write process's, see writer.py).
 
 Readers use other connections; SQLite's WAL lets them read the last committed state throughout, so a
 write never blocks a read and no reader ever sees half a request. The write lock is taken when the
