@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import socket
+from collections.abc import Callable
 from typing import TypeVar
 
 import httpx
@@ -23,9 +24,8 @@ import msgspec
 from buildreport.config import Settings
 from buildreport.events import sign
 from buildreport.events.derive import Rules
+from buildreport.events.links import linked
 from buildreport.events.models import HookFormat, SlackMessage, StoredEvent
-from buildreport.http import metrics
-from buildreport.http.feed import linked
 from buildreport.signing import LinkSigner
 from buildreport.store import engine_errors
 from buildreport.store.errors import DatabaseError
@@ -70,8 +70,9 @@ def slack_body(body: bytes) -> bytes:
 
 
 class Deliverer:
-    def __init__(self, settings: Settings, signer: LinkSigner) -> None:
+    def __init__(self, settings: Settings, signer: LinkSigner, count: Callable[[str], None]) -> None:
         self._settings = settings
+        self._count = count  # each delivery's outcome, for the server's metrics
         self._signer = signer
         self._writes: Writes | None = None
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -176,14 +177,14 @@ class Deliverer:
             error = (str(exc) or type(exc).__name__)[:MAX_ERROR_CHARS]
         now = now_us()
         if status is not None and 200 <= status < 300:
-            metrics.count_delivery("delivered")
+            self._count("delivered")
             await self._settle(Delivered(item.delivery_id, status, now))
             return
         delay = self._settings.hook_retry_base * 2 ** max(item.attempts - 1, 0)
         next_us = now + int(delay * US_PER_SECOND)
         if status == 410 or next_us > item.created_us + int(self._settings.hook_retry_for * US_PER_SECOND):
-            metrics.count_delivery("gone" if status == 410 else "failed")
+            self._count("gone" if status == 410 else "failed")
             await self._settle(GiveUp(item.delivery_id, status, error, now, status == 410))
             return
-        metrics.count_delivery("retried")
+        self._count("retried")
         await self._settle(RetryLater(item.delivery_id, status, error, next_us))

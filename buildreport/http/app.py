@@ -31,7 +31,7 @@ from buildreport.http.exchange import exchange_handlers
 from buildreport.http.feed import Bell, list_events
 from buildreport.http.insights import build_stats, export_builds
 from buildreport.http.linklimits import LinkLimits
-from buildreport.http.metrics import METRICS_CHECK, metrics_router, prometheus_config, worker_stopped
+from buildreport.http.metrics import METRICS_CHECK, count_delivery, metrics_router, prometheus_config, worker_stopped
 from buildreport.http.pages import web_router
 from buildreport.http.responses import Answer
 from buildreport.http.usage import get_usage, usage_breakdown
@@ -158,7 +158,7 @@ def create_litestar(settings: Settings) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.reader = await open_reader(settings.db, settings.read_dbs)
-        bell, deliverer = Bell(), Deliverer(settings, signer)
+        bell, deliverer = Bell(), Deliverer(settings, signer, count_delivery)
 
         def on_events(count: int) -> None:  # long polls and the deliverer learn of new events at once
             bell.ring(count)

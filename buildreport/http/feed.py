@@ -19,13 +19,12 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import QueryParameter
 
 from buildreport.errors import InvalidParams, shown
-from buildreport.events.models import Event, EventLink, EventType, StoredEvent
+from buildreport.events.links import linked
+from buildreport.events.models import Event, EventType, StoredEvent
 from buildreport.http.answers import Pairs, pairs_of
 from buildreport.http.responses import Answer, json_answer
 from buildreport.models import InvalidParam, Problem
-from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store.reader import Reader
-from buildreport.times import US_PER_SECOND, from_us, now_us
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -117,15 +116,6 @@ class Bell:
     async def wait(self, seconds: float) -> None:
         with suppress(TimeoutError):
             await asyncio.wait_for(self._rung.wait(), seconds)
-
-
-def linked(body: bytes, account_id: int, build_id: int, signer: LinkSigner, base_url: str, ttl: float) -> bytes:
-    """A stored event with a fresh signed link to its build's page, as it is read or delivered."""
-    event = _STORED.decode(body)
-    expires_us = -(-(now_us() + int(ttl * US_PER_SECOND)) // US_PER_SECOND) * US_PER_SECOND
-    url = signer.link_url(base_url, LinkClaims(account_id, build_id, expires_us))
-    event.link = EventLink(url, from_us(expires_us))
-    return _ENCODE.encode(event)
 
 
 async def _read(reader: Reader, account_id: int, account: str, query: FeedQuery) -> tuple[int, list[tuple]]:
