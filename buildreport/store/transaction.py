@@ -78,7 +78,7 @@ class WriteSession:
     """A connection that writes, with the turn it takes among server processes; used by one thread at a time."""
 
     def __init__(self, path: Path | str, rules: Rules = DEFAULT_RULES) -> None:  # a file or a postgresql:// URL
-        from buildreport.store import is_postgres
+        from buildreport.store.engines import is_postgres
         from buildreport.store.sqlite.writelock import WriterLock
 
         self._path = str(path)
@@ -90,7 +90,7 @@ class WriteSession:
 
     def _connection(self) -> Any:
         if self._conn is None:
-            from buildreport.store import connect  # the engine's, never creating a database deleted meanwhile
+            from buildreport.store.engines import connect  # the engine's, never creating a database deleted meanwhile
 
             self._conn = connect(self._path)
         return self._conn

@@ -19,7 +19,8 @@ from multiprocessing.connection import Connection, Listener
 from typing import Any
 
 from buildreport.events.derive import Rules
-from buildreport.store import connect, engine_errors, engine_message, is_postgres, queries, trust
+from buildreport.store import queries, trust
+from buildreport.store.engines import connect, engine_errors, engine_message, is_postgres
 from buildreport.store.errors import DatabaseError
 from buildreport.store.hooks import Claimed, claim, delivered, drop_old_events, give_up, retry_later
 from buildreport.store.prune import give_back_space, prune, writers_turn
