@@ -1,8 +1,9 @@
 """The server's retention: once a day, `prune` with the server's settings, in a thread of the serving process.
 
 It runs in the process `serve` starts (the supervisor when there are several workers), so that one server
-prunes once however many workers it has. Each batch takes the writers' turn like a request's write, so
-writes wait at most one batch (store/prune.py); the space freed is given back afterwards, a step at a time.
+prunes once however many workers it has, and the server's one writer does it (store/writer.py): each batch
+takes the writer's turn like a request's write, so writes wait at most one batch (store/prune.py); the space
+freed is given back afterwards, a step at a time.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import threading
 import time
 
 from buildreport.config import Settings
-from buildreport.store import connect, engine_errors
-from buildreport.store.errors import DatabaseError
-from buildreport.store.prune import Policy, Pruned, give_back_space, prune, writers_turn
+from buildreport.store import engine_errors
+from buildreport.store.errors import DatabaseError, DatabaseUnavailable
+from buildreport.store.prune import Policy, Pruned
+from buildreport.store.writer import WriteProcess, WriterClient, server_writer
+from buildreport.store.writer_jobs import ENCODER, Outcome, Prune
 
 log = logging.getLogger("buildreport.retention")
 FIRST_RUN_SECONDS = 60.0  # after the start: the server answers first
@@ -28,15 +31,32 @@ def policy_of(settings: Settings) -> Policy | None:
 
 
 def run_once(settings: Settings, policy: Policy) -> Pruned:
-    """One prune of the server's database by `policy`, in the writers' turn, then its space given back."""
-    conn = connect(settings.db)
+    """One prune of the server's database by `policy`, by the server's writer (one of its own outside `serve`),
+    then its space given back."""
+    job = ENCODER.encode(Prune(policy, int(time.time() * 1_000_000)))
+    shared = server_writer()
+    if shared is not None:
+        return _pruned(_run(shared, job))
+    own = WriteProcess(settings.db)
     try:
-        with writers_turn(settings.db) as turn:
-            done = prune(conn, policy, int(time.time() * 1_000_000), turn)
-            done.freed_bytes = give_back_space(conn, turn) or 0
-        return done
+        return _pruned(own.run(job))
     finally:
-        conn.close()
+        own.stop()
+
+
+def _run(client: WriterClient, job: bytes) -> Outcome:
+    try:
+        return client.run(job)
+    finally:
+        client.close()
+
+
+def _pruned(outcome: Outcome) -> Pruned:
+    if outcome.unavailable is not None:
+        raise DatabaseUnavailable(outcome.unavailable)
+    if outcome.pruned is None:
+        raise RuntimeError(f"the prune failed: {outcome.failed}")
+    return outcome.pruned
 
 
 def _loop(settings: Settings, policy: Policy, first: float, every: float, stop: threading.Event) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+import pytest
 from click.testing import CliRunner
 from conftest import NOW, auth, query, record
 from test_prune import check_figures
@@ -140,3 +141,27 @@ def test_serve_takes_the_retention_settings(tmp_path, serve):
     assert httpx.get(server.url + "/healthz").status_code == 200
     refused = run("serve", "--db", str(env.db), "--retention", "forever", expect=2).stderr
     assert "not a duration" in refused
+
+
+@pytest.mark.sqlite_only
+def test_a_servers_prune_is_done_by_its_one_writer(env, monkeypatch):
+    """Under `serve` the prune goes to the server's writer: the serving process opens no connection for it."""
+    import sqlite3
+
+    from buildreport.store.writer import shared_writer
+
+    old_and_new(env)
+    settings = env.settings(retention_us=30 * 86_400_000_000)
+    opened: list[object] = []
+    real_connect = sqlite3.connect
+
+    def counting(*args, **kwargs):
+        opened.append(args[0])
+        return real_connect(*args, **kwargs)
+
+    with shared_writer(str(env.db)) as writer:
+        monkeypatch.setattr(sqlite3, "connect", counting)
+        done = retention.run_once(settings, retention.policy_of(settings))
+        assert writer.pid is not None
+    assert (done.builds, done.logs) == (10, 10) and opened == []
+    assert count(env, "SELECT count(*) FROM builds") == 5

@@ -129,7 +129,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_imports(fresh_db, batches
 
 class WritesInThisProcess:
     """The server's writes done in this process (a write process would not see the patched thresholds); what
-    they write is the same, see test_writer_process.py for the process itself."""
+    they write is the same, see test_writer.py for the process itself."""
 
     def __init__(self, db: object) -> None:
         self.session = WriteSession(db)

@@ -14,7 +14,7 @@ from test_transaction import records, write_record
 
 from buildreport.store import open_database, remove
 from buildreport.store.sqlite.writelock import WriterLock, lock_path
-from buildreport.store.writer_process import Writes
+from buildreport.store.writer import Writes
 
 
 def test_a_second_writer_waits_for_the_first_and_gets_the_turn_when_it_is_done(tmp_path: Path) -> None:

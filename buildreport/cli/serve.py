@@ -97,7 +97,6 @@ def check_port(host: str, port: int) -> None:
 def run_server(settings: Settings, *, create: bool = True) -> None:
     """Serve `settings.db`; with `create` False a missing SQLite file is an error rather than a new database
     (a typo in --db must not serve an empty one)."""
-    from buildreport.config import SETTINGS_ENV, to_env
     from buildreport.http.envelope import configure_logging
 
     check_port(settings.host, settings.port)
@@ -107,8 +106,20 @@ def run_server(settings: Settings, *, create: bool = True) -> None:
     check_signing_keys(settings)
     configure_logging()
     from buildreport import retention  # the daily prune, when --retention asks for it
+    from buildreport.events.deliver import event_rules
+    from buildreport.store.writer import shared_writer
 
-    retention.start(settings)
+    with shared_writer(settings.db, event_rules(settings)):  # one writer for all the workers, started first
+        stop_pruning = retention.start(settings)  # by that writer too
+        try:
+            _serve(settings)
+        finally:
+            stop_pruning.set()
+
+
+def _serve(settings: Settings) -> None:
+    """uvicorn with one process, or a supervisor of several."""
+    from buildreport.config import SETTINGS_ENV, to_env
     from buildreport.http.sdnotify import ServiceNotifier
     from buildreport.http.server_protocol import ServeConfig
     from buildreport.http.serving import NotifyingServer, NotifyingSupervisor

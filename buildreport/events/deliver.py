@@ -16,8 +16,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 import msgspec
@@ -30,8 +29,9 @@ from buildreport.events.models import HookFormat, SlackMessage, StoredEvent
 from buildreport.signing import LinkSigner
 from buildreport.store import engine_errors
 from buildreport.store.errors import DatabaseError
-from buildreport.store.hooks import Claimed, claim, delivered, drop_old_events, give_up, retry_later
-from buildreport.store.transaction import WriteSession
+from buildreport.store.hooks import Claimed
+from buildreport.store.writer import Writes
+from buildreport.store.writer_jobs import ClaimDeliveries, Delivered, DropOldEvents, GiveUp, RetryLater, Settled
 from buildreport.times import US_PER_SECOND, now_us
 
 log = logging.getLogger("buildreport.events")
@@ -74,8 +74,7 @@ class Deliverer:
         self._settings = settings
         self._count = count  # each delivery's outcome, for the server's metrics
         self._signer = signer
-        self._session = WriteSession(settings.db)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buildreport-deliver")
+        self._writes: Writes | None = None
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._woken = asyncio.Event()
         self._sending: set[asyncio.Task[None]] = set()
@@ -83,7 +82,9 @@ class Deliverer:
         self._task: asyncio.Task[None] | None = None
         self._retention_due = 0.0
 
-    def start(self) -> None:
+    def start(self, writes: Writes) -> None:
+        """Deliver, with `writes` doing the bookkeeping."""
+        self._writes = writes
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def wake(self, _events: int = 0) -> None:
@@ -96,14 +97,6 @@ class Deliverer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._client.aclose()
-        await self._db(self._session.close)
-        self._thread.shutdown(wait=True)
-
-    async def _db(self, work: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, work, *args)
-
-    def _with_conn(self, work: Callable[..., T], *args: Any) -> T:
-        return self._session.run(lambda conn: work(conn, *args))
 
     async def _run(self) -> None:
         while True:
@@ -119,16 +112,19 @@ class Deliverer:
                 await asyncio.wait_for(self._woken.wait(), POLL_SECONDS)
 
     async def _dispatch(self) -> None:
-        self._spawn(await self._db(self._with_conn, self._claim_due, len(self._sending)))
+        await self._claim_due(len(self._sending))
 
-    def _claim_due(self, conn: Any, sending: int) -> list[Claimed]:
-        """Lease the deliveries due now, as many as there is room for beside `sending`."""
+    async def _claim_due(self, sending: int, settled: Settled | None = None) -> None:
+        """Record how a delivery went, if one did, then lease the deliveries due now, as many as there is room
+        for beside `sending`, and send them."""
         room = MAX_SENDING - sending
-        if room <= 0:
-            return []
+        if room <= 0 and settled is None:
+            return
         now = now_us()
         lease = now + int((self._settings.hook_timeout + LEASE_MARGIN_SECONDS) * US_PER_SECOND)
-        return claim(conn, now, lease, self._owner, room)
+        assert self._writes is not None, "start() first"
+        outcome = await self._writes.run(ClaimDeliveries(now, lease, self._owner, max(room, 0), settled))
+        self._spawn(outcome.claimed or [])
 
     def _spawn(self, claimed: list[Claimed]) -> None:
         for item in claimed:
@@ -136,15 +132,10 @@ class Deliverer:
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
-    async def _settle(self, outcome: Callable[..., None], *args: Any) -> None:
-        """Record how a delivery went and, in the same turn at the database, lease what is due now (the hook's
+    async def _settle(self, settled: Settled) -> None:
+        """Record how a delivery went and, in the same job of the writer, lease what is due now (the hook's
         next delivery among them): a hook's deliveries follow each other without waiting for the loop."""
-
-        def work(conn: Any) -> list[Claimed]:
-            outcome(conn, *args)
-            return self._claim_due(conn, len(self._sending) - 1)  # this delivery's task is about to end
-
-        self._spawn(await self._db(self._session.run, work))
+        await self._claim_due(len(self._sending) - 1, settled)  # this delivery's task is about to end
 
     async def _keep_retention(self) -> None:
         loop = asyncio.get_running_loop()
@@ -152,7 +143,8 @@ class Deliverer:
             return
         self._retention_due = loop.time() + RETENTION_EVERY_SECONDS
         before = now_us() - int(self._settings.event_retention * US_PER_SECOND)
-        while await self._db(self._with_conn, drop_old_events, before, RETENTION_BATCH) == RETENTION_BATCH:
+        assert self._writes is not None, "start() first"
+        while (await self._writes.run(DropOldEvents(before, RETENTION_BATCH))).count == RETENTION_BATCH:
             await asyncio.sleep(0)  # bounded batches, with the loop's other work between them
 
     def _body(self, item: Claimed) -> bytes:
@@ -186,13 +178,13 @@ class Deliverer:
         now = now_us()
         if status is not None and 200 <= status < 300:
             self._count("delivered")
-            await self._settle(delivered, item.delivery_id, status, now)
+            await self._settle(Delivered(item.delivery_id, status, now))
             return
         delay = self._settings.hook_retry_base * 2 ** max(item.attempts - 1, 0)
         next_us = now + int(delay * US_PER_SECOND)
         if status == 410 or next_us > item.created_us + int(self._settings.hook_retry_for * US_PER_SECOND):
             self._count("gone" if status == 410 else "failed")
-            await self._settle(give_up, item.delivery_id, status, error, now, status == 410)
+            await self._settle(GiveUp(item.delivery_id, status, error, now, status == 410))
             return
         self._count("retried")
-        await self._settle(retry_later, item.delivery_id, status, error, next_us)
+        await self._settle(RetryLater(item.delivery_id, status, error, next_us))

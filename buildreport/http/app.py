@@ -40,7 +40,7 @@ from buildreport.oidc import Verifier
 from buildreport.signing import DashboardSigner, LinkSigner
 from buildreport.store import engine_errors, open_database, open_reader
 from buildreport.store.errors import DatabaseUnavailable
-from buildreport.store.writer_process import Writes
+from buildreport.store.writer import Writes
 from buildreport.tokens import READ_SCOPE
 
 log = logging.getLogger("buildreport")
@@ -166,14 +166,15 @@ def create_litestar(settings: Settings) -> Litestar:
 
         app.state.event_bell = bell
         app.state.writes = Writes(settings.db, event_rules(settings), on_events=on_events)
+        app.state.reader.write_tokens_with(app.state.writes)
         app.state.heavy = answers.heavy_turns()
-        deliverer.start()
+        deliverer.start(app.state.writes)
         try:
             yield
         finally:
             await deliverer.close()
+            await app.state.reader.close()  # after the token writes it waits for, which go to the writer
             await app.state.writes.close()
-            await app.state.reader.close()
 
     return Litestar(
         route_handlers=[

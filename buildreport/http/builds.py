@@ -32,7 +32,7 @@ from buildreport.http.parameters import (
 from buildreport.http.responses import errors, json_response, success
 from buildreport.models import Build, BuildRecord, BuildSummary, BuildURL, InvalidRecordsProblem, WriteResult
 from buildreport.store.transaction import WriteConflicts
-from buildreport.store.writer_process import Writes
+from buildreport.store.writer import Writes
 from buildreport.times import now_us
 from buildreport.tokens import WRITE_SCOPE
 

@@ -7,38 +7,22 @@ store/postgres/; the queries, the writer and the totals above them are shared.
 
 from __future__ import annotations
 
-import sqlite3
-import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from buildreport.store.engines import (
+    Connection,
+    connect,
+    describe,
+    engine_errors,
+    engine_message,
+    is_postgres,
+    postgres_opened,
+)
 from buildreport.store.errors import DatabaseError
 from buildreport.store.reader import Reader
-
-# A synchronous connection of either engine: sqlite3's calls (execute, executemany, commit, rollback, close).
-Connection = Any
-
-
-def is_postgres(db: str) -> bool:
-    return str(db).startswith(("postgresql://", "postgres://"))
-
-
-def engine_errors() -> tuple[type[BaseException], ...]:
-    """What either engine raises when the database cannot serve a query (an outage, never the client's fault).
-
-    PostgreSQL's driver is loaded only where a PostgreSQL database is used, and always before one of its
-    errors can arise: a command on a SQLite file never pays for loading it."""
-    driver = sys.modules.get("psycopg")
-    return (sqlite3.Error,) if driver is None else (sqlite3.Error, driver.Error)
-
-
-def engine_message(exc: BaseException, db: str | None = None) -> str:
-    """A database server's message on one line: PostgreSQL's spread a fault and its hint over several. A
-    message that quotes the URL `db` (libpq does, for one it cannot parse) names it without its password."""
-    text = " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or type(exc).__name__
-    return text.replace(db, describe(db)) if db else text
 
 
 def open_database(db: str, *, create: bool = True) -> Any:
@@ -46,7 +30,7 @@ def open_database(db: str, *, create: bool = True) -> Any:
     if is_postgres(db):
         from buildreport.store.postgres.schema import open_database as open_postgres
 
-        return _postgres(lambda: open_postgres(str(db)), db)
+        return postgres_opened(lambda: open_postgres(str(db)), db)
     from buildreport.store.sqlite.schema import open_database as open_sqlite
 
     return open_sqlite(db, create=create)
@@ -59,17 +43,6 @@ def open_auth(db: str) -> Any:
     from buildreport.store.sqlite.schema import open_auth as open_sqlite_auth
 
     return open_sqlite_auth(db)
-
-
-def connect(db: str) -> Any:
-    """A synchronous connection to a database that exists and is up to date (the server's writes)."""
-    if is_postgres(db):
-        from buildreport.store.postgres.connection import PgConnection
-
-        return _postgres(lambda: PgConnection.open(str(db)), db)
-    from buildreport.store.sqlite.schema import connect_existing
-
-    return connect_existing(db)
 
 
 def bulk_write(conn: Any) -> AbstractContextManager[None]:
@@ -144,7 +117,7 @@ def exists(db: str) -> bool:
     if is_postgres(db):
         from buildreport.store.postgres.schema import holds_buildreport
 
-        return bool(_postgres(lambda: holds_buildreport(str(db)), db))
+        return bool(postgres_opened(lambda: holds_buildreport(str(db)), db))
     return Path(db).exists()
 
 
@@ -153,7 +126,7 @@ def remove(db: str) -> None:
     if is_postgres(db):
         from buildreport.store.postgres.schema import drop_all
 
-        _postgres(lambda: drop_all(str(db)), db)
+        postgres_opened(lambda: drop_all(str(db)), db)
         return
     from buildreport.store.sqlite.schema import remove_files
 
@@ -166,35 +139,8 @@ def stored_signing_key(db: str) -> str | None:
         return None
     from buildreport.store.postgres.schema import signing_key
 
-    return _postgres(lambda: signing_key(str(db)), db)
+    return postgres_opened(lambda: signing_key(str(db)), db)
 
 
-def describe(db: str) -> str:
-    """The database as a message may name it: a PostgreSQL URL without its password."""
-    if not is_postgres(db):
-        return db
-    from urllib.parse import urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(db)
-        host = parts.hostname or ""
-        netloc = (f"{parts.username}@" if parts.username else "") + host + (f":{parts.port}" if parts.port else "")
-    except ValueError:  # too malformed to take apart (a bad port, a broken IPv6 address): only what follows "@"
-        scheme, rest = db.split("://", 1)
-        return f"{scheme}://{rest.rsplit('@', 1)[-1].split('?', 1)[0]}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _postgres(open_: Any, db: str) -> Any:
-    """Run an opening step; a server that cannot be reached, a malformed URL or a foreign schema is a
-    DatabaseError."""
-    import psycopg
-
-    from buildreport.store.postgres.schema import SchemaError
-
-    try:
-        return open_()
-    except SchemaError as exc:
-        raise DatabaseError(f"{describe(db)}: {exc}") from exc
-    except psycopg.Error as exc:  # unreachable, refused, or a URL libpq cannot parse
-        raise DatabaseError(f"cannot use {describe(db)}: {engine_message(exc, db)}") from exc
+__all__ = ["Connection", "DatabaseError", "Reader", "connect", "describe", "engine_errors", "engine_message",
+           "is_postgres"]

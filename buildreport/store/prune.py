@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 
 from buildreport.models import BILLABLE
-from buildreport.store import is_postgres
 from buildreport.store.build_writer import BuildWriter
+from buildreport.store.engines import is_postgres
 from buildreport.store.errors import DatabaseError
 from buildreport.store.queries import US_PER_DAY, Query, in_list
 

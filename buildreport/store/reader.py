@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -23,7 +24,14 @@ from buildreport.filters import BadgeSeries, BuildFilter, Cursor, GroupBy, ListQ
 from buildreport.models import BuildSummary, Usage
 from buildreport.store import badges, event_reads, queries, stats_queries, tag_totals, trust
 from buildreport.store.dialect import Dialect
+from buildreport.store.errors import DatabaseUnavailable
 from buildreport.times import US_PER_SECOND
+
+if TYPE_CHECKING:
+    from buildreport.store.writer import Writes
+    from buildreport.store.writer_jobs import Job
+
+log = logging.getLogger("buildreport.store")
 
 # Builds an export reads at a time.
 EXPORT_PAGE = 5_000
@@ -103,6 +111,30 @@ class Reader(abc.ABC):
     # and body_parts.
     engine_stats: Any = stats_queries
     kept: KeptBuilds  # set by an engine whose builds_version() tells
+    _pending: set[asyncio.Task[None]]  # token writes under way, waited for on close (set by each engine)
+    _writes: Writes | None = None
+
+    def write_tokens_with(self, writes: Writes) -> None:
+        """Token writes (last use, issued tokens) go to the server's one writer (store/writer.py)."""
+        self._writes = writes
+
+    async def _write_token(self, job: Job) -> None:
+        if self._writes is None:
+            raise DatabaseUnavailable("tokens cannot be written: this reader has no writer")
+        await self._writes.run(job)
+
+    def touch_token(self, token_id: str, now_us: int) -> None:
+        """Record a token's last use in the background, by the server's writer: no request waits for it."""
+        from buildreport.store.writer_jobs import TouchToken  # it names this package's modules: not at its start
+
+        task = asyncio.create_task(self._write_token(TouchToken(token_id, now_us)))
+        self._pending.add(task)
+        task.add_done_callback(self._touched)
+
+    def _touched(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not record a token's last use: %s", task.exception())
 
     @abc.abstractmethod
     async def _rows(self, query: queries.Query) -> list[tuple]:
@@ -135,10 +167,6 @@ class Reader(abc.ABC):
         """What is wrong with the storage under a running server (a file deleted or replaced), if anything."""
 
     @abc.abstractmethod
-    def touch_token(self, token_id: str, now_us: int) -> None:
-        """Record a token's last use in the background; no request waits for it."""
-
-    @abc.abstractmethod
     async def size_bytes(self) -> int:
         """The size of the stored data, for /metrics."""
 
@@ -165,11 +193,9 @@ class Reader(abc.ABC):
 
     async def add_token(self, token: trust.NewToken) -> None:
         """Store a token the server issued (an exchange), committed before it is handed out."""
-        await self._write_auth(trust.insert_token(token))
+        from buildreport.store.writer_jobs import IssueToken
 
-    @abc.abstractmethod
-    async def _write_auth(self, query: queries.Query) -> None:
-        """Run one statement on the tokens, committed at once."""
+        await self._write_token(IssueToken(token))
 
     async def token_life(self, token_id: str) -> tuple[int, int | None] | None:
         """(expires_us, revoked_us) of the token `token_id`, as of the latest commit; None when it is not known."""

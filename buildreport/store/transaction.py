@@ -1,5 +1,5 @@
 """Writes for the server: one request's records in one transaction, on a write connection of their own (the
-write process's, see writer_process.py).
+write process's, see writer.py).
 
 Readers use other connections; SQLite's WAL lets them read the last committed state throughout, so a
 write never blocks a read and no reader ever sees half a request. The write lock is taken when the
@@ -78,7 +78,7 @@ class WriteSession:
     """A connection that writes, with the turn it takes among server processes; used by one thread at a time."""
 
     def __init__(self, path: Path | str, rules: Rules = DEFAULT_RULES) -> None:  # a file or a postgresql:// URL
-        from buildreport.store import is_postgres
+        from buildreport.store.engines import is_postgres
         from buildreport.store.sqlite.writelock import WriterLock
 
         self._path = str(path)
@@ -90,7 +90,7 @@ class WriteSession:
 
     def _connection(self) -> Any:
         if self._conn is None:
-            from buildreport.store import connect  # the engine's, never creating a database deleted meanwhile
+            from buildreport.store.engines import connect  # the engine's, never creating a database deleted meanwhile
 
             self._conn = connect(self._path)
         return self._conn

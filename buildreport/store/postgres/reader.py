@@ -99,16 +99,3 @@ class PgReader(Reader):
     async def size_bytes(self) -> int:
         ((size,),) = await self._key(("SELECT pg_database_size(current_database())", []))
         return int(size)
-
-    async def _write_auth(self, query: queries.Query) -> None:
-        await _fetch(self._primary, query)
-
-    def touch_token(self, token_id: str, now_us: int) -> None:
-        task = asyncio.create_task(_fetch(self._primary, queries.touch_token(token_id, now_us)))
-        self._pending.add(task)
-        task.add_done_callback(self._touched)
-
-    def _touched(self, task: asyncio.Task[Any]) -> None:
-        self._pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("could not record a token's last use: %s", task.exception())

@@ -60,7 +60,7 @@ class SqliteReader(Reader):
       connection, off the event loop, which serves other requests meanwhile however long the query takes; a
       statistics query read in two parts runs its second part on another such connection at the same time, so
       that the two use both cores.
-    One more connection, opened on first use, records when tokens were last used.
+    Tokens are written by the server's one writer (store/writer.py).
     """
 
     dialect = SQLITE
@@ -73,7 +73,6 @@ class SqliteReader(Reader):
         self._auth_path = str(auth_path(path))
         # Which files were opened: a file deleted or replaced under the server is told apart by its inode.
         self._identities = {self._path: _identity(self._path), self._auth_path: _identity(self._auth_path)}
-        self._writer: aiosqlite.Connection | None = None
         self.kept = KeptBuilds()
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -93,8 +92,6 @@ class SqliteReader(Reader):
     async def close(self) -> None:
         if self._pending:
             await asyncio.wait(self._pending, timeout=5)
-        if self._writer is not None:
-            await self._writer.close()
         await self._conn.close()
         await self._side.close()
         self._local.close()
@@ -153,25 +150,4 @@ class SqliteReader(Reader):
             with contextlib.suppress(OSError):  # no write-ahead log right now
                 total += Path(name).stat().st_size
         return total
-
-    def touch_token(self, token_id: str, now_us: int) -> None:
-        """Record a token's last use in the background, on a connection of its own: no request waits for it,
-        not even while an import holds the write lock."""
-        task = asyncio.create_task(self._touch(token_id, now_us))
-        self._pending.add(task)
-        task.add_done_callback(self._touched)
-
-    async def _touch(self, token_id: str, now_us: int) -> None:
-        await self._write_auth(queries.touch_token(token_id, now_us))
-
-    async def _write_auth(self, query: queries.Query) -> None:
-        if self._writer is None:
-            self._writer = await _connect(self._auth_path)
-        sql, params = query
-        await self._writer.execute(sql, params)
-
-    def _touched(self, task: asyncio.Task[None]) -> None:
-        self._pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("could not record a token's last use: %s", task.exception())
 

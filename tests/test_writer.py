@@ -21,7 +21,7 @@ from buildreport.http.app import create_app
 from buildreport.models import BuildRecord
 from buildreport.store import open_database
 from buildreport.store.sqlite.writelock import lock_path
-from buildreport.store.writer_process import Outcome, WriteProcess, encode_job
+from buildreport.store.writer import Outcome, WriteProcess, encode_job
 
 WAIT_SECONDS = 20.0
 
@@ -154,8 +154,8 @@ def test_a_process_killed_mid_write_stores_all_or_nothing_and_the_next_write_sta
 
 PARENT = """
 import sys, time
-from buildreport.store.writer_process import WriteProcess
-from test_writer_process import job
+from buildreport.store.writer import WriteProcess
+from test_writer import job
 process = WriteProcess(sys.argv[1])
 assert process.run(job("o:1")).result is not None
 print(process.pid, flush=True)
@@ -186,7 +186,7 @@ def test_a_write_whose_process_died_is_a_503_and_the_next_one_is_written(env) ->
     served = create_app(env.settings())
     with TestClient(served, base_url="http://testserver.local") as client:
         assert client.post("/builds", json=[write_record("h:first")], headers=headers).status_code == 200
-        pid = served.app.state.writes._process.pid
+        pid = served.app.state.writes.writer.pid
         holder = sqlite3.connect(env.db)
         holder.execute("BEGIN IMMEDIATE")  # another writer: the request's write waits for it, under way
         answers = []
@@ -211,7 +211,7 @@ def test_a_write_whose_process_died_is_a_503_and_the_next_one_is_written(env) ->
 def test_jobs_keep_every_field_of_the_records(db) -> None:
     """A job is JSON: times keep their offsets, numbers and logs come through as sent."""
     sent = records(write_record("f:1", create_time="2026-01-02T03:04:05.123456+05:30", log="line one\nline two\n"))
-    from buildreport.store.writer_process import _JOB
+    from buildreport.store.writer_jobs import JOB as _JOB
 
     decoded = _JOB.decode(encode_job("acme", sent, 7))
     assert (decoded.account, decoded.now_us) == ("acme", 7)
