@@ -81,6 +81,7 @@ class Deliverer:
         self._client = httpx.AsyncClient(timeout=settings.hook_timeout, follow_redirects=False)
         self._task: asyncio.Task[None] | None = None
         self._retention_due = 0.0
+        self._closing = False
 
     def start(self, writes: Writes) -> None:
         """Deliver, with `writes` doing the bookkeeping."""
@@ -92,6 +93,8 @@ class Deliverer:
 
     async def close(self) -> None:
         """Stop sending; a delivery under way is left to its lease, and sent again after it expires."""
+        self._closing = True  # a cancellation that lands as the wait ends can be lost; this flag is not
+        self._woken.set()
         tasks = [t for t in (self._task, *self._sending) if t is not None]
         for task in tasks:
             task.cancel()
@@ -99,7 +102,7 @@ class Deliverer:
         await self._client.aclose()
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing:
             self._woken.clear()
             try:
                 await self._dispatch()
@@ -109,7 +112,8 @@ class Deliverer:
             except Exception:  # the deliverer keeps going; what it leased is sent again once the lease expires
                 log.exception("webhook deliveries: unexpected error")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._woken.wait(), POLL_SECONDS)
+                async with asyncio.timeout(POLL_SECONDS):
+                    await self._woken.wait()
 
     async def _dispatch(self) -> None:
         await self._claim_due(len(self._sending))
