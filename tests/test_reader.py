@@ -91,6 +91,7 @@ def test_a_build_read_again_costs_no_query_until_something_is_committed(env: Env
         other = await reader.build(2, 1)  # the same build id asked for by another account
         counted = len(queries)
         env.load([record(1, cpu_seconds=7)])  # another connection rewrites the build
+        await asyncio.sleep(0)  # the next request is served in a later turn of the event loop
         changed = await reader.build(1, 1)
         return [first, again, other, counted, changed, len(queries)]
 
@@ -100,6 +101,23 @@ def test_a_build_read_again_costs_no_query_until_something_is_committed(env: Env
     assert counted == 2  # the first read and the other account's; the second read was kept
     assert json.loads(changed)["cpu_seconds"] == 7
     assert total == 3
+
+
+@pytest.mark.sqlite_only
+def test_the_data_versions_are_read_once_per_turn_of_the_event_loop(env: Env) -> None:
+    env.load([record(1, cpu_seconds=5)])
+
+    async def steps(reader: Any, _queries: list[object]) -> list[Any]:
+        before = reader.data_version()
+        env.load([record(1, cpu_seconds=7)])  # another connection commits during this turn
+        same_turn = reader.data_version()  # every request of this turn arrived before that commit
+        await asyncio.sleep(0)
+        return [before, same_turn, reader.data_version()]
+
+    before, same_turn, next_turn = _reading(env, steps)
+    assert None not in (before, next_turn)
+    assert same_turn == before
+    assert next_turn != before
 
 
 def test_an_answer_follows_each_write_at_once(env: Env) -> None:
@@ -245,9 +263,11 @@ def test_a_commit_by_another_process_is_seen_by_the_token_cache_and_the_next_rea
             body = await reader.build(1, 1)
             versions = [reader.data_version(), reader.builds_version()]
             _commit_elsewhere(env.db, "UPDATE tokens SET revoked_us = ?", (1,), tokens=True)
+            await asyncio.sleep(0)  # a request sent after the commit is served in a later turn of the event loop
             revoked = await cache.lookup(reader, digest)
             unchanged = reader.builds_version()
             _commit_elsewhere(env.db, "UPDATE builds SET body = CAST(? AS BLOB)", ('{"changed":1}',), tokens=False)
+            await asyncio.sleep(0)
             changed = await reader.build(1, 1)
             return [first, body, versions, revoked, unchanged, changed, reader.data_version()]
         finally:

@@ -75,6 +75,7 @@ class SqliteReader(Reader):
         self._identities = {self._path: _identity(self._path), self._auth_path: _identity(self._auth_path)}
         self.kept = KeptBuilds()
         self._pending: set[asyncio.Task[None]] = set()
+        self._versions: dict[str, bytes] = {}  # this turn's data versions, by schema (see _version)
 
     @classmethod
     async def open(cls, path: Path | str) -> SqliteReader:
@@ -100,11 +101,9 @@ class SqliteReader(Reader):
         """A value that differs after any other connection's commit to the database or its tokens file; None
         when it cannot be told.
 
-        SQLite's `PRAGMA data_version` (documented to change when another connection, of any process, commits)
-        on the connection that reads lookups by key: two statements, a few microseconds, so data derived from
-        the database (the token cache, kept builds) can be checked on every request and still see a change at
-        once. This reader's own connections never commit builds or tokens except the one recording a token's
-        last use, which is another connection, so its commits count too."""
+        SQLite's `PRAGMA data_version` (documented to change when another connection, of any process, commits),
+        so data derived from the database (the token cache, kept builds) is checked on every request and sees a
+        change at once. This reader's own connections never commit (the server's writer does)."""
         builds, tokens = self._version("main"), self._version("auth")
         return None if builds is None or tokens is None else builds + tokens
 
@@ -112,11 +111,23 @@ class SqliteReader(Reader):
         return self._version("main")
 
     def _version(self, schema: str) -> bytes | None:
-        try:
-            ((version,),) = self._local.execute(_DATA_VERSION[schema]).fetchall()
-        except sqlite3.Error:  # the file went away under the server: nothing may be trusted as unchanged
-            return None
-        return version.to_bytes(8, "little", signed=True)
+        """A schema's data version, read once per turn of the event loop.
+
+        Every request served in one turn was received before the turn began, so a version read during the
+        turn is as new as each of them needs; the next turn reads it again. The forgetting is queued behind
+        whatever is already queued, so it runs before any query result or write outcome that completed
+        after the version was read."""
+        version = self._versions.get(schema)
+        if version is None:
+            try:
+                ((number,),) = self._local.execute(_DATA_VERSION[schema]).fetchall()
+            except sqlite3.Error:  # the file went away under the server: nothing may be trusted as unchanged
+                return None
+            version = number.to_bytes(8, "little", signed=True)
+            if not self._versions:
+                asyncio.get_running_loop().call_soon(self._versions.clear)
+            self._versions[schema] = version
+        return version
 
     def file_problem(self) -> str | None:
         """What is wrong with the files this process reads, when one was deleted or replaced since it opened it."""
