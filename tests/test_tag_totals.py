@@ -155,6 +155,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(fresh_db, req
         tokens = {name: env.token(name, ("build:write",)) for name in ("acme", "globex")}
         served = create_app(env.settings())
         with TestClient(served, base_url="http://testserver.local") as client:
+            server_writes = served.app.state.writes  # still the token writes' and the deliverer's
             served.app.state.writes = WritesInThisProcess(env.db)  # the envelope's app: Litestar's
             for batch in requests:
                 for account in ("acme", "globex"):
@@ -164,6 +165,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(fresh_db, req
                     if body:
                         response = client.post("/builds", json=body, headers=auth(tokens[account]))
                         assert response.status_code == 200, response.text
+        asyncio.run(server_writes.close())
         conn = open_database(env.db)
         check_kept(conn, promote_at)
         for window in windows:

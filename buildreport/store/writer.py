@@ -17,6 +17,7 @@ that request is stored and the request is answered 503. `WriterClient` is a work
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import multiprocessing
@@ -71,6 +72,9 @@ class WriterProcess:
         # It starts the writer, and starts it again whenever it dies, until the owner stops it.
         self._keeper = threading.Thread(target=self._keep, name="buildreport-writer-keeper", daemon=True)
         self._keeper.start()
+        # An owner that ends without stopping it (an app never shut down) must not wait at exit for a writer
+        # that waits for it: multiprocessing joins its children at exit, after this runs.
+        atexit.register(self.stop)
         if not self._started.wait(START_SECONDS):
             log.warning("the writer is slow to start")
 
@@ -117,6 +121,7 @@ class WriterProcess:
             process.close()
 
     def stop(self) -> None:
+        atexit.unregister(self.stop)
         self._stopping.set()
         self._keeper.join(2 * STOP_SECONDS + 1)  # it ends the writer, after the job under way
         shutil.rmtree(self._folder, ignore_errors=True)

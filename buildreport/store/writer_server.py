@@ -180,11 +180,19 @@ def serve(control: Connection, address: str, authkey: bytes, db: str, rules: Rul
     listener = Listener(address, family="AF_UNIX", authkey=authkey)
     threading.Thread(target=_accept, args=(listener, jobs), name="writer-accept", daemon=True).start()
     control.send_bytes(READY)
-    with contextlib.suppress(EOFError, OSError):
-        control.recv_bytes()  # nothing is ever sent: this waits for the owner to close it
-    with jobs.turn:  # the job under way ends first
-        listener.close()  # and removes the socket
-        jobs.tokens.close()
-        jobs.session.close()
-    with contextlib.suppress(OSError):  # the owner's private folder, if the owner could not remove it
-        os.rmdir(os.path.dirname(address))
+    try:
+        with contextlib.suppress(EOFError, OSError):
+            control.recv_bytes()  # nothing is ever sent: this waits for the owner to close it
+        with jobs.turn:  # the job under way ends first
+            listener.close()
+            jobs.tokens.close()
+            jobs.session.close()
+    finally:  # even when a connection fails to close (its database gone): nothing is left behind
+        _remove(address)
+
+
+def _remove(address: str) -> None:
+    """The socket and the owner's private folder, when the owner could not remove them (it was killed)."""
+    for remove, path in ((os.unlink, address), (os.rmdir, os.path.dirname(address))):
+        with contextlib.suppress(OSError):
+            remove(path)
