@@ -125,7 +125,8 @@ def test_targets_10m_are_judged_on_each_engines_largest_size(results: growth.Res
     assert sqlite["/builds/stats group_by=day, 365 days, p50"]["status"] == "PASS"
     usage = sqlite["/usage, one month and one year, p50"]
     assert (usage["measured"], usage["status"]) == ("48.00 ms", "MISS")
-    assert usage["note"].startswith("slowest: /usage one year; floor 44.00 ms in process, 92% of it")
+    assert usage["note"].startswith(
+        "slowest: /usage one year; floor 44.00 ms in process (92% of the HTTP p50): the query")
     assert sqlite["/builds/summary 365 days, one tag pair, p50"]["status"] == "not measured"
     assert sqlite["/builds/{id}, 32 clients, one process"]["status"] == "PASS"
     assert sqlite["peak memory of a worker (RssAnon, sampled)"]["status"] == "MISS"
@@ -173,3 +174,16 @@ def test_bench_builds_takes_several_sizes_smallest_first(monkeypatch: pytest.Mon
     monkeypatch.setenv("BENCH_BUILDS", "60000000")
     with pytest.raises(SystemExit, match="must be from 100 to 50000000"):
         run.env_sizes("BENCH_BUILDS", 1_000_000, 100, 50_000_000)
+
+
+def test_an_error_answer_or_an_endpoint_not_loaded_at_32_connections_misses(results: growth.Results) -> None:
+    name = "no error answers at 32 connections, any endpoint"
+    clean = growth.no_errors_row(results[("sqlite", 3_000)])
+    assert (clean["target"], clean["measured"], clean["status"]) == (name, "0 in 5 endpoints", "PASS")
+    errors = results[("sqlite", 30_000)]
+    errors["http"]["endpoints"]["usage_year"]["c32"]["non_2xx_3xx"] = 3
+    assert growth.no_errors_row(errors)["status"] == "MISS"
+    unloaded = results[("postgresql", 3_000)]
+    del unloaded["http"]["endpoints"]["usage_month"]["c32"]
+    row = growth.no_errors_row(unloaded)
+    assert (row["status"], row["note"]) == ("MISS", "not loaded at 32 connections: /usage one month")
