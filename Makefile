@@ -72,9 +72,10 @@ smoke: $(STAMP)
 		--basetemp="$$tmp/pytest" packaging/smoke_test.py; status=$$?; rm -rf "$$tmp"; exit $$status
 
 # --- benchmark (bench/) --------------------------------------------------------------------
-# `make bench` generates and imports BENCH_BUILDS builds (default 1000000; cached in bench/data/),
-# loads a real server with wrk, on SQLite and on a throwaway PostgreSQL cluster (BENCH_ENGINE=both, the
-# default; or sqlite, postgresql), and writes bench/report.md and bench/report.json. Quick check:
+# `make bench` generates and imports BENCH_BUILDS builds (default 1000000, or several sizes such as
+# 1000000,3000000,10000000; cached in bench/data/), loads a real server with wrk, on SQLite and on a throwaway
+# PostgreSQL cluster (BENCH_ENGINE=both, the default; or sqlite, postgresql), keeps each size's figures in
+# bench/results/, and writes bench/report.md, bench/report.json and bench/growth.svg. Quick check:
 # `BENCH_BUILDS=3000 BENCH_SECONDS=1 make bench`. wrk and postgresql are installed from Debian when missing
 # and root; without wrk bench/run.py falls back to a Python client, without PostgreSQL it leaves that engine
 # out (a failure under CI=true), and says so in the report.

@@ -384,7 +384,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [*lines, ""]
 
 
-def markdown(out: dict[str, Any]) -> str:
+def markdown(out: dict[str, Any], growth: list[str] | None = None) -> str:
+    """The report of one run; `growth` (the sizes measured so far, and the 10M targets) follows its targets."""
     s = out.get("settings", {})
     m = out.get("machine", {})
     lines = [
@@ -419,6 +420,7 @@ def markdown(out: dict[str, Any]) -> str:
             lines += [f"PostgreSQL was not measured: {out['postgresql']['skipped']}.", ""]
     if out.get("notes"):
         lines += ["Notes:", ""] + [f"- {n}" for n in out["notes"]] + [""]
+    lines += growth or []
 
     lines += ["## Machine", ""]
     pk = m.get("packages", {})
