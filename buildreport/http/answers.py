@@ -22,6 +22,7 @@ from buildreport.insights import stats
 from buildreport.models import BuildURL, Health
 from buildreport.signing import LinkClaims
 from buildreport.store import engine_errors, engine_message
+from buildreport.store.errors import DatabaseBusy
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
 
@@ -151,6 +152,8 @@ async def health(reader: Reader) -> tuple[int, RawHeaders, bytes]:
             await reader.ping()
         except engine_errors() as exc:
             problem = f"database unavailable: {engine_message(exc)}"
+        except DatabaseBusy as exc:
+            problem = f"busy: {exc}"
     if problem is None:
         body = _ENCODE(Health(status="ok"))
         return 200, json_headers(body), body
