@@ -22,7 +22,7 @@ from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.postgres.connection import configure, connect_kwargs, translate
-from buildreport.store.postgres.queue import Turns
+from buildreport.store.queue import Turns
 from buildreport.store.reader import Reader
 
 log = logging.getLogger("buildreport.store")
