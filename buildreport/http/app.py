@@ -176,7 +176,7 @@ def create_litestar(settings: Settings) -> Litestar:
         app.state.event_bell = bell
         app.state.writes = Writes(settings.db, event_rules(settings), on_events=on_events)
         app.state.reader.write_tokens_with(app.state.writes)
-        app.state.heavy = answers.heavy_turns()
+        app.state.heavy = answers.heavy_turns(settings.queue_length, settings.queue_wait)
         deliverer.start(app.state.writes)
         try:
             yield

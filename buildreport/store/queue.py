@@ -1,22 +1,22 @@
-"""The queue of reads waiting for one of a server process's connections to a database.
+"""Queues of requests waiting for something a server process has only a few of: first come, first served, within
+a stated bound.
 
-A process keeps a few connections to each database; a burst of requests beyond them waits here, first come
-first served, rather than being refused. Only past the queue's bound (as many reads already waiting as its
-length allows, or a wait as long as its time allows) is a read refused, with DatabaseBusy: the server answers
-503 with Retry-After and says it is busy.
+A process keeps a few connections to each PostgreSQL database, and computes a few statistics answers at once;
+a burst of requests beyond them waits here rather than being refused. Only past the queue's bound (as many
+requests already waiting as its length allows, or a wait as long as its time allows: `serve --queue-length`,
+`--queue-wait`) is a request refused, with DatabaseBusy: the server answers 503 with Retry-After and says it is
+busy.
 
-A read takes a turn here before it takes a connection from the pool, and there are as many turns as the pool
-has connections: a read that holds a turn waits for a connection only while one opens. The pool's own short
-timeout therefore still tells a database that does not answer (503, the database cannot be read) apart from a
-server that is merely busy.
+A PostgreSQL read takes a turn here before it takes a connection from the pool, and there are as many turns as
+the pool has connections: a read that holds a turn waits for a connection only while one opens. The pool's
+own short timeout therefore still tells a database that does not answer (503, the database cannot be read)
+apart from a server that is merely busy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 from buildreport.store.errors import DatabaseBusy
 
@@ -24,13 +24,14 @@ RETRY_AFTER_S = 5  # what a refused client is told to wait: about the time a bus
 
 
 class Turns:
-    """`size` reads at once; the others wait in arrival order, at most `length` of them, each at most `wait`
-    seconds."""
+    """`size` holders at once; the others wait in arrival order, at most `length` of them, each at most `wait`
+    seconds. Used as `async with turns:` (or acquire() and release(), as an asyncio.Semaphore)."""
 
-    def __init__(self, size: int, length: int, wait: float) -> None:
+    def __init__(self, size: int, length: int, wait: float, what: str = "a database connection") -> None:
         self.size = size
         self.length = length
         self.wait = wait
+        self.what = what  # what the waiting requests wait for, as a refusal names it
         self._held = 0
         self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
@@ -38,23 +39,23 @@ class Turns:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    @asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
-        await self._take()
-        try:
-            yield
-        finally:
-            self._give_back()
+    async def __aenter__(self) -> None:
+        await self.acquire()
 
-    async def _take(self) -> None:
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    async def acquire(self) -> None:
+        """Take a turn: at once when one is free and nobody waits, else in arrival order; DatabaseBusy past the
+        bound."""
         if self._held < self.size and not self._waiting:
             self._held += 1
             return
         if len(self._waiting) >= self.length:
             raise DatabaseBusy(
-                f"{len(self._waiting)} requests are already waiting for a database connection, as many as the "
-                "queue holds", RETRY_AFTER_S,
-            )  # fmt: skip
+                f"{len(self._waiting)} requests are already waiting for {self.what}, as many as the queue holds",
+                RETRY_AFTER_S,
+            )
         called: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append(called)
         try:
@@ -62,17 +63,16 @@ class Turns:
                 await called  # the turn is handed over with its count: _held already counts it
         except BaseException as exc:
             if called.done() and not called.cancelled():
-                self._give_back()  # handed a turn at the moment the wait ended: pass it on
+                self.release()  # handed a turn at the moment the wait ended: pass it on
             elif called in self._waiting:  # a handing-over may have passed it by already
                 self._waiting.remove(called)
             if isinstance(exc, TimeoutError):
-                raise DatabaseBusy(
-                    f"no database connection came free within {self.wait:g} s", RETRY_AFTER_S
-                ) from None
+                said = f"waited {self.wait:g} s for {self.what}, as long as the queue allows"
+                raise DatabaseBusy(said, RETRY_AFTER_S) from None
             raise
 
-    def _give_back(self) -> None:
-        """Hand the turn to the longest waiting read, or free it."""
+    def release(self) -> None:
+        """Hand the turn to the longest waiting request, or free it."""
         while self._waiting:
             called = self._waiting.popleft()
             if not called.done():

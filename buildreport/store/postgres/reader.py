@@ -57,7 +57,7 @@ async def _fetch(database: _Database, query: queries.Query) -> list[tuple]:
     """Rows of one statement, once its turn comes. Idle connections die with a server restart or failover and
     the pool learns it only by using them: a read that fails on a broken connection is tried once more on
     another."""
-    async with database.turns.turn():
+    async with database.turns:
         return await _fetch_now(database.pool, query)
 
 
