@@ -262,7 +262,8 @@ def _limit_options() -> list:  # type: ignore[type-arg]
         limit("log-streams-per-client", click.IntRange(1, 10_000),
               "Raw logs streamed at once to one client address per worker process."),
         limit("queue-length", click.IntRange(0, 1_000_000),
-              "Reads waiting for a PostgreSQL connection per worker process and database; beyond them 503, busy."),
+              "Requests waiting for a PostgreSQL connection (per database) or a turn to compute statistics, per "
+              "worker process; one more gets 503, busy."),
         click.option("--queue-wait", default="30s", show_default=True, type=Span(), envvar="BUILDREPORT_QUEUE_WAIT",
-                     help="How long a read waits for a PostgreSQL connection before it gets 503, busy."),
+                     help="How long a request waits in that queue before it gets 503, busy."),
     ]

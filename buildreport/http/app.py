@@ -70,8 +70,8 @@ def _database_problem(exc: Exception) -> ProblemDetailsException:
 
 
 def _busy_problem(exc: Exception) -> ProblemDetailsException:
-    """More requests than the database connections serve waited as long as `--queue-length` and `--queue-wait`
-    allow; nothing is wrong with the database."""
+    """More requests than the database connections (or turns to compute statistics) serve waited as long as
+    `--queue-length` and `--queue-wait` allow; nothing is wrong with the database."""
     log.warning("request refused: %s", exc)
     retry_after = exc.retry_after if isinstance(exc, DatabaseBusy) else 5
     return Problem(503, f"The server is busy: {exc}; try again in {retry_after} s",

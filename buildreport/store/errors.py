@@ -1,7 +1,7 @@
 """The store's own errors, the same for both engines, and the bound past which a read is refused as busy."""
 
-# How many reads of a server process may wait for a database connection, and for how long, before the next is
-# refused with DatabaseBusy (`serve --queue-length`, `--queue-wait`).
+# How many requests of a server process may wait for a database connection or a turn to compute statistics, and
+# for how long, before the next is refused with DatabaseBusy (`serve --queue-length`, `--queue-wait`; queue.py).
 QUEUE_LENGTH = 1000
 QUEUE_WAIT = 30.0
 
@@ -16,8 +16,9 @@ class DatabaseUnavailable(DatabaseError):
 
 
 class DatabaseBusy(DatabaseError):
-    """A read that waited for a database connection as long as the server's queue allows (its length or its
-    wait), while the database itself answers: the server is busy, and the same request later will succeed."""
+    """A request that waited for a database connection or a turn to compute as long as the server's queue allows
+    (its length or its wait), while the database itself answers: the server is busy, and the same request later
+    will succeed."""
 
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
