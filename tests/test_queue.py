@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 import httpx
@@ -137,8 +137,11 @@ def test_a_cancelled_wait_gives_its_place_to_the_next_read() -> None:
 def _burst(url: str, secret: str, path: str = STATS, count: int = BURST) -> list[httpx.Response]:
     """`count` requests at once, each on a connection of its own; each ends within a minute."""
     with ThreadPoolExecutor(count) as pool:
-        futures = [pool.submit(httpx.get, url + path, headers=auth(secret), timeout=60) for _ in range(count)]
-        return [future.result() for future in futures]
+        return [future.result() for future in _sent(pool, url, secret, path, count)]
+
+
+def _sent(pool: ThreadPoolExecutor, url: str, secret: str, path: str, count: int) -> list[Future[httpx.Response]]:
+    return [pool.submit(httpx.get, url + path, headers=auth(secret), timeout=60) for _ in range(count)]
 
 
 @contextmanager
@@ -173,13 +176,18 @@ def pg_filled(pg_url: str, tmp_path) -> Env:
     return env
 
 
-def _in_burst(server_url: str, secret: str, db: str, path: str, held_for: float) -> list[httpx.Response]:
-    """A burst sent while the builds table is locked for `held_for` seconds: its first reads hold every pooled
-    connection (or every turn to compute statistics), the others queue behind them."""
-    with ThreadPoolExecutor(1) as sender, _builds_locked(db):
-        sent = sender.submit(_burst, server_url, secret, path)
-        time.sleep(held_for)
-    return sent.result(timeout=120)
+def _in_burst(server_url: str, secret: str, db: str, path: str, held_for: float,
+              answered: int = BURST + 1) -> list[httpx.Response]:
+    """A burst sent while the builds table is locked, for `held_for` seconds or until `answered` responses came
+    back: its first reads hold every pooled connection (or every turn to compute statistics), the others queue
+    behind them."""
+    with ThreadPoolExecutor(BURST) as pool:
+        with _builds_locked(db):
+            futures = _sent(pool, server_url, secret, path, BURST)
+            deadline = time.monotonic() + held_for
+            while time.monotonic() < deadline and sum(future.done() for future in futures) < answered:
+                time.sleep(0.05)
+        return [future.result(timeout=120) for future in futures]
 
 
 @pytest.mark.parametrize("path", [LIST, STATS])
@@ -202,7 +210,8 @@ def test_past_its_bound_the_queue_answers_503_busy_with_retry_after(
     pg_filled: Env, serve, path: str, bound: tuple[str, str], said: str
 ) -> None:
     server = serve(pg_filled.db, *bound)
-    responses = _in_burst(server.url, pg_filled.token(), pg_filled.db, path, 2.0)
+    # The lock is held until every request but those holding a turn has its answer (or 30 s).
+    responses = _in_burst(server.url, pg_filled.token(), pg_filled.db, path, 30.0, answered=BURST - POOL_SIZE)
     refused = [r for r in responses if r.status_code == 503]
     assert len(refused) >= BURST - POOL_SIZE
     assert {r.status_code for r in responses} <= {200, 503}
