@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from buildreport.store import stored_signing_key
+from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT
 
 DEFAULT_DB = "buildreport.db"
 DEFAULT_RATE_LIMIT = 3000  # requests a minute per token and process
@@ -46,6 +47,10 @@ class Settings(msgspec.Struct, frozen=True):
     link_rate_limit: int = DEFAULT_LINK_RATE_LIMIT
     log_streams: int = DEFAULT_LOG_STREAMS
     log_streams_per_client: int = DEFAULT_LOG_STREAMS_PER_CLIENT
+    # Requests waiting for a database connection or a turn to compute statistics (store/queue.py), and seconds
+    # one waits, before the answer is 503, busy.
+    queue_length: int = QUEUE_LENGTH
+    queue_wait: float = QUEUE_WAIT
     tls_cert: str | None = None  # served over https with this certificate (chain) and key
     tls_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES

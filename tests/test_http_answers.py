@@ -13,6 +13,7 @@ from conftest import Env, record
 from buildreport.errors import InvalidParams, NotFound
 from buildreport.http import answers
 from buildreport.store import open_reader
+from buildreport.store.errors import DatabaseBusy
 
 
 def test_pairs_keep_their_order_blanks_and_repeats() -> None:
@@ -96,3 +97,28 @@ def test_statistics_and_breakdowns_wait_while_every_heavy_turn_is_taken(env: Env
     assert done_while_taken == [False, False]
     assert sum(group["build_count"] for group in json.loads(built.body)) == 1
     assert [group["billable_cpu_seconds"] for group in json.loads(usage.body)] == [9]
+
+
+@pytest.mark.sqlite_only
+def test_statistics_waiting_past_the_queue_bound_are_refused_as_busy(env: Env) -> None:
+    env.load([record(1)])
+
+    async def run() -> tuple[list[BaseException | None], int]:
+        reader = await open_reader(env.db)
+        state = SimpleNamespace(heavy=answers.heavy_turns(length=1, wait=0.2))
+        ask = answers.Ask(answers.pairs_of(b"create_time_from=2000-01-01"), 1, reader, state, "")
+        try:
+            for _ in range(answers.HEAVY_AT_ONCE):
+                await state.heavy.acquire()
+            waiting = [asyncio.create_task(answers.build_stats(ask)) for _ in range(2)]
+            outcomes = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 10)
+            return [outcome if isinstance(outcome, BaseException) else None for outcome in outcomes], \
+                state.heavy.waiting
+        finally:
+            await reader.close()
+
+    (timed_out, refused), left = asyncio.run(run())
+    assert isinstance(timed_out, DatabaseBusy) and isinstance(refused, DatabaseBusy)
+    assert str(timed_out) == "waited 0.2 s for a turn to compute statistics, as long as the queue allows"
+    assert str(refused) == "1 requests are already waiting for a turn to compute statistics, as many as the queue holds"
+    assert left == 0

@@ -20,6 +20,7 @@ from buildreport.http.app import create_app
 from buildreport.http.auth import AuthMiddleware
 from buildreport.signing import LinkClaims
 from buildreport.store import open_auth
+from buildreport.store.errors import DatabaseBusy
 
 
 @pytest.fixture
@@ -208,6 +209,27 @@ def test_a_fault_while_reading_is_a_problem_without_its_cause(
     assert response.headers["content-type"] == "application/problem+json"
     assert said in response.json()["detail"]
     assert str(fault) not in response.text and "Traceback" not in response.text
+
+
+def test_a_read_refused_by_a_full_queue_is_503_busy_with_retry_after(filled: Env,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    read = auth(filled.token())
+    client, state = _serve(filled)
+    with client:
+
+        async def busy(*args: object) -> None:
+            raise DatabaseBusy("1000 requests are already waiting for a database connection", 7)
+
+        monkeypatch.setattr(state.reader, "build", busy)
+        monkeypatch.setattr(state.reader, "ping", busy)
+        response = client.get("/builds/1", headers=read)
+        health = client.get("/healthz")
+    assert response.status_code == 503 and response.headers["retry-after"] == "7"
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["detail"] == ("The server is busy: 1000 requests are already waiting for a database "
+                                         "connection; try again in 7 s")
+    assert health.status_code == 503
+    assert health.json() == {"status": "busy: 1000 requests are already waiting for a database connection"}
 
 
 def test_the_api_answers_under_its_path_prefix_only(filled: Env) -> None:

@@ -261,4 +261,9 @@ def _limit_options() -> list:  # type: ignore[type-arg]
               "Raw logs streamed at once per worker process; more get 429."),
         limit("log-streams-per-client", click.IntRange(1, 10_000),
               "Raw logs streamed at once to one client address per worker process."),
+        limit("queue-length", click.IntRange(0, 1_000_000),
+              "Requests waiting for a PostgreSQL connection (per database) or a turn to compute statistics, per "
+              "worker process; one more gets 503, busy."),
+        click.option("--queue-wait", default="30s", show_default=True, type=Span(), envvar="BUILDREPORT_QUEUE_WAIT",
+                     help="How long a request waits in that queue before it gets 503, busy."),
     ]

@@ -7,7 +7,6 @@ The routes of builds.py, usage.py and insights.py answer through these and send 
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode
 
@@ -22,6 +21,8 @@ from buildreport.insights import stats
 from buildreport.models import BuildURL, Health
 from buildreport.signing import LinkClaims
 from buildreport.store import engine_errors, engine_message
+from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT, DatabaseBusy
+from buildreport.store.queue import Turns
 from buildreport.store.reader import Reader
 from buildreport.times import US_PER_SECOND, format_us, from_us, now_us
 
@@ -123,9 +124,10 @@ async def usage(ask: Ask) -> Json:
 HEAVY_AT_ONCE = 2
 
 
-def heavy_turns() -> asyncio.Semaphore:
-    """A worker's turns for heavy answers (made on its event loop, at start-up)."""
-    return asyncio.Semaphore(HEAVY_AT_ONCE)
+def heavy_turns(length: int = QUEUE_LENGTH, wait: float = QUEUE_WAIT) -> Turns:
+    """A worker's turns for heavy answers (made on its event loop, at start-up); past `length` requests waiting
+    or `wait` seconds waited, a request is refused as busy (`serve --queue-length`, `--queue-wait`)."""
+    return Turns(HEAVY_AT_ONCE, length, wait, "a turn to compute statistics")
 
 
 async def build_stats(ask: Ask) -> Json:
@@ -151,6 +153,8 @@ async def health(reader: Reader) -> tuple[int, RawHeaders, bytes]:
             await reader.ping()
         except engine_errors() as exc:
             problem = f"database unavailable: {engine_message(exc)}"
+        except DatabaseBusy as exc:
+            problem = f"busy: {exc}"
     if problem is None:
         body = _ENCODE(Health(status="ok"))
         return 200, json_headers(body), body

@@ -39,7 +39,7 @@ from buildreport.models import Health
 from buildreport.oidc import Verifier
 from buildreport.signing import DashboardSigner, LinkSigner
 from buildreport.store import engine_errors, open_database, open_reader
-from buildreport.store.errors import DatabaseUnavailable
+from buildreport.store.errors import DatabaseBusy, DatabaseUnavailable
 from buildreport.store.writer import Writes
 from buildreport.tokens import READ_SCOPE
 
@@ -67,6 +67,15 @@ def _http_problem(exc: HTTPException) -> ProblemDetailsException:
 def _database_problem(exc: Exception) -> ProblemDetailsException:
     log.error("database error: %s", exc)
     return Problem(503, "The database cannot be read right now; try again shortly", headers={"Retry-After": "5"})
+
+
+def _busy_problem(exc: Exception) -> ProblemDetailsException:
+    """More requests than the database connections (or turns to compute statistics) serve waited as long as
+    `--queue-length` and `--queue-wait` allow; nothing is wrong with the database."""
+    log.warning("request refused: %s", exc)
+    retry_after = exc.retry_after if isinstance(exc, DatabaseBusy) else 5
+    return Problem(503, f"The server is busy: {exc}; try again in {retry_after} s",
+                   headers={"Retry-After": str(retry_after)})
 
 
 def _write_problem(exc: Exception) -> ProblemDetailsException:
@@ -157,7 +166,7 @@ def create_litestar(settings: Settings) -> Litestar:
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        app.state.reader = await open_reader(settings.db, settings.read_dbs)
+        app.state.reader = await open_reader(settings.db, settings.read_dbs, settings.queue_length, settings.queue_wait)
         bell, deliverer = Bell(), Deliverer(settings, signer, count_delivery)
 
         def on_events(count: int) -> None:  # long polls and the deliverer learn of new events at once
@@ -167,7 +176,7 @@ def create_litestar(settings: Settings) -> Litestar:
         app.state.event_bell = bell
         app.state.writes = Writes(settings.db, event_rules(settings), on_events=on_events)
         app.state.reader.write_tokens_with(app.state.writes)
-        app.state.heavy = answers.heavy_turns()
+        app.state.heavy = answers.heavy_turns(settings.queue_length, settings.queue_wait)
         deliverer.start(app.state.writes)
         try:
             yield
@@ -197,6 +206,7 @@ def create_litestar(settings: Settings) -> Litestar:
                         HTTPException: _http_problem,
                         **dict.fromkeys(engine_errors(), _database_problem),
                         DatabaseUnavailable: _write_problem,
+                        DatabaseBusy: _busy_problem,
                     }
                 )
             )

@@ -144,7 +144,10 @@ def _shared_failures(responses: JSON) -> None:
         "content": copy.deepcopy(_PROBLEM),
     }
     responses["503"] = {
-        "description": "The database cannot be read right now.",
+        "description": "The database cannot be read right now, or the server is busy: more requests were "
+        "waiting for a database connection (or a turn to compute statistics) than its queue holds, or one "
+        "waited as long as the queue allows (`serve --queue-length`, `--queue-wait`). `Retry-After` says when "
+        "to try again.",
         "headers": _refs("Retry-After", "X-Request-ID", required=("X-Request-ID",)),
         "content": copy.deepcopy(_PROBLEM),
     }

@@ -21,7 +21,7 @@ from buildreport.store.engines import (
     is_postgres,
     postgres_opened,
 )
-from buildreport.store.errors import DatabaseError
+from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT, DatabaseError
 from buildreport.store.reader import Reader
 
 
@@ -85,12 +85,15 @@ def after_bulk_write(conn: Any, builds_written: int) -> None:
         refresh_statistics(conn, builds_written)
 
 
-async def open_reader(db: str, read_dbs: Sequence[str] = ()) -> Reader:
-    """The server's reader; `read_dbs` are replicas that range queries are sent to (PostgreSQL only)."""
+async def open_reader(
+    db: str, read_dbs: Sequence[str] = (), queue_length: int = QUEUE_LENGTH, queue_wait: float = QUEUE_WAIT
+) -> Reader:
+    """The server's reader; `read_dbs` are replicas that range queries are sent to (PostgreSQL only). Reads
+    that wait for a PostgreSQL connection are refused as busy past `queue_length` waiting or `queue_wait` s."""
     if is_postgres(db):
         from buildreport.store.postgres.reader import PgReader
 
-        return await PgReader.open(str(db), read_dbs)
+        return await PgReader.open(str(db), read_dbs, queue_length, queue_wait)
     if read_dbs:
         raise DatabaseError("--read-db names PostgreSQL replicas; a SQLite database is read from its file")
     from buildreport.store.sqlite.reader import SqliteReader

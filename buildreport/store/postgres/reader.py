@@ -2,7 +2,8 @@
 
 Range queries (lists, summaries, statistics, exports) go to the replicas in turn, or to the primary when
 there are none. Lookups by key that must see the latest commit (a token, so that a revocation through any
-server is refused at once; one build) and the record of a token's last use go to the primary.
+server is refused at once; one build) and the record of a token's last use go to the primary. Reads beyond a
+pool's connections wait for one in its queue (queue.py).
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ from psycopg_pool import AsyncConnectionPool
 
 from buildreport.store import queries
 from buildreport.store.dialect import POSTGRESQL
+from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.postgres.connection import configure, connect_kwargs, translate
+from buildreport.store.queue import Turns
 from buildreport.store.reader import Reader
 
 log = logging.getLogger("buildreport.store")
 POOL_SIZE = 4  # connections per server process and database
-OPEN_TIMEOUT = 5.0  # seconds a request waits for a connection before it is told the database is away
+# Seconds a read that holds a turn (queue.py), so that a connection is free or opening, waits for it before it is
+# told the database is away.
+OPEN_TIMEOUT = 5.0
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -40,9 +45,23 @@ async def _pool(url: str) -> AsyncConnectionPool:
     return pool
 
 
-async def _fetch(pool: AsyncConnectionPool, query: queries.Query) -> list[tuple]:
-    """Rows of one statement. Idle connections die with a server restart or failover and the pool learns it
-    only by using them: a read that fails on a broken connection is tried once more on another."""
+class _Database:
+    """One database's pool and the queue of reads waiting for its connections."""
+
+    def __init__(self, pool: AsyncConnectionPool, turns: Turns) -> None:
+        self.pool = pool
+        self.turns = turns
+
+
+async def _fetch(database: _Database, query: queries.Query) -> list[tuple]:
+    """Rows of one statement, once its turn comes. Idle connections die with a server restart or failover and
+    the pool learns it only by using them: a read that fails on a broken connection is tried once more on
+    another."""
+    async with database.turns:
+        return await _fetch_now(database.pool, query)
+
+
+async def _fetch_now(pool: AsyncConnectionPool, query: queries.Query) -> list[tuple]:
     sql, params = query
     for attempt in (1, 2):
         async with pool.connection() as conn:
@@ -59,30 +78,34 @@ class PgReader(Reader):
     dialect = POSTGRESQL
     engine_stats = postgres_stats
 
-    def __init__(self, primary: AsyncConnectionPool, replicas: Sequence[AsyncConnectionPool]) -> None:
+    def __init__(self, primary: _Database, replicas: Sequence[_Database]) -> None:
         self._primary = primary
         self._replicas = list(replicas)
         self._turn = itertools.cycle(self._replicas or [primary])
         self._pending: set[asyncio.Task[None]] = set()
 
     @classmethod
-    async def open(cls, url: str, read_urls: Sequence[str] = ()) -> PgReader:
-        primary = await _pool(url)
-        replicas = []
+    async def open(
+        cls, url: str, read_urls: Sequence[str] = (), queue_length: int = QUEUE_LENGTH, queue_wait: float = QUEUE_WAIT
+    ) -> PgReader:
+        """Pools on the primary and the replicas; past `queue_length` reads waiting for one database's
+        connections, or `queue_wait` seconds waited, a read is refused with DatabaseBusy."""
+        pools = [await _pool(url)]
         try:
             for read_url in read_urls:
-                replicas.append(await _pool(read_url))
+                pools.append(await _pool(read_url))
         except BaseException:
-            for pool in (primary, *replicas):
+            for pool in pools:
                 await pool.close()
             raise
+        primary, *replicas = (_Database(pool, Turns(POOL_SIZE, queue_length, queue_wait)) for pool in pools)
         return cls(primary, replicas)
 
     async def close(self) -> None:
         if self._pending:
             await asyncio.wait(self._pending, timeout=5)
-        for pool in (self._primary, *self._replicas):
-            await pool.close()
+        for database in (self._primary, *self._replicas):
+            await database.pool.close()
 
     async def _rows(self, query: queries.Query) -> list[tuple]:
         return await _fetch(next(self._turn), query)
