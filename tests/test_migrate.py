@@ -204,3 +204,17 @@ def test_a_copy_of_sample_data_answers_every_summary_statistic_and_usage_as_its_
             assert answer.status_code == 200, (path, answer.text)
             got = client.get(path, headers=auth(token))
             assert (got.status_code, got.content) == (answer.status_code, answer.content), path
+
+
+def test_a_copy_has_every_index_of_the_schema_as_the_schema_defines_it(source, pg_url, pg_cluster):
+    """Indexes are made after the rows are copied: each is made again from its own definition."""
+    indexes = "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname IN ('public', 'auth') ORDER BY 2"
+    empty = pg_cluster.create_database()
+    try:
+        query(pg_cluster.url(empty), "SELECT 1")  # opening the database creates the schema
+        defined = query(pg_cluster.url(empty), indexes)
+    finally:
+        pg_cluster.drop_database(empty)
+    assert _run("migrate", "--from", str(source.db), "--to", pg_url)[0] == 0
+    assert ("builds", "builds_by_derivation") in {(table, name) for table, name, _ in defined}
+    assert query(pg_url, indexes) == defined
