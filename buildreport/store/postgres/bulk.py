@@ -3,7 +3,7 @@ builds computed from its builds in the database, set-based.
 
 COPY sends rows as a stream the server reads straight into the table: no statement to parse, no parameters
 to bind a row. In binary, a build's JSON (a `bytea`) travels as its bytes rather than as hex text twice its
-size (bench/notes.md).
+size. Measured in bench/notes.md.
 """
 
 from __future__ import annotations
