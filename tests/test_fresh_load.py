@@ -273,6 +273,8 @@ def test_a_fresh_load_into_postgresql_stores_what_sqlite_stores(pg_url, tmp_path
         for i in range(1, 401)
     ]
     records[9]["restarted_as_build_id"] = 12  # both of acme; 12 links back once both are in
+    for i in range(0, 400, 50):  # values that JSON escapes, read back from the stored JSON by each engine
+        records[i]["tags"] |= {'say "hi"': 'a\\b\n\t\u2028 é 😀 \x7f', "colon:key": ":"}
     path = write_jsonl(tmp_path / "a.jsonl", records)
     with fresh_path(promote_at=20):
         expected = outcome(tmp_path / "fresh.db", [path])
