@@ -264,8 +264,12 @@ def test_a_fresh_load_into_postgresql_stores_what_the_writer_stores_or_refuses_a
     assert got == expected
 
 
-def test_a_fresh_load_into_postgresql_stores_what_sqlite_stores(pg_url, tmp_path):
-    """Builds of two accounts over many hours, days and statuses, tags (some promoted), logs, restart links."""
+def test_a_fresh_load_into_postgresql_stores_what_sqlite_stores(pg_url, tmp_path, monkeypatch):
+    """Builds of two accounts over many hours, days and statuses, tags (some promoted), logs, restart links; the
+    day figures read and written a few days at a time."""
+    from buildreport.store.postgres import bulk
+
+    monkeypatch.setattr(bulk, "DAYS_AT_ONCE", 3)
     records = [
         to_record(i, {"account": ("acme", "globex")[i % 2], "minutes": i * 37, "status": STATUSES[i % len(STATUSES)],
                       "duration": i * 11, "queue": i / 8, "cpu": i, "nar": [i * 1000, 7], "restarts": False,

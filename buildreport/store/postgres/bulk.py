@@ -72,17 +72,24 @@ _DAY_FIGURES = (
     " FROM builds GROUP BY 1, 2, 3"
 )
 
+DAYS_AT_ONCE = 1000  # (account, day, status) groups read and written together
+
 
 def fill_totals(conn: psycopg.Connection[Any]) -> None:
     """Hourly and daily totals, daily usage and day figures of every build: for a database whose totals tables
     are empty."""
     for statement in _FILL_TOTALS:
         conn.execute(statement)
-    days = (
-        (account_id, day, status, day_figures.pack(builds, cpu, durations, queue_times))
-        for account_id, day, status, builds, cpu, durations, queue_times in conn.execute(_DAY_FIGURES)
-    )
-    copy_rows(conn, "day_figures", ("account_id", "day_us", "status", "figures"), days)
+    # Read through a server-side cursor, some days at a time: every duration of a large load at once would
+    # take more memory than the rest of the import.
+    with conn.cursor(name="buildreport_day_figures") as groups:
+        groups.execute(_DAY_FIGURES)
+        while chunk := groups.fetchmany(DAYS_AT_ONCE):
+            days = [
+                (account_id, day, status, day_figures.pack(builds, cpu, durations, queue_times))
+                for account_id, day, status, builds, cpu, durations, queue_times in chunk
+            ]
+            copy_rows(conn, "day_figures", ("account_id", "day_us", "status", "figures"), days)
 
 # Accounts given their ids by a load: the identity goes on after the highest, for accounts made later.
 NEXT_ACCOUNT_ID = (
