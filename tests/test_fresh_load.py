@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import record, write_jsonl
+from conftest import query, record, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_totals import daily_from_builds, stored_totals, totals_from_builds
@@ -214,3 +214,113 @@ def test_an_account_whose_total_would_reach_two_to_the_62_is_refused_as_by_the_w
     with fresh_path():
         got = outcome(tmp_path / "fresh.db", [path])
     assert got == expected == [f"{path}:{builds}: {field}: {OVERSIZED}", "total 1"]
+
+
+# --- PostgreSQL: the rows go in through COPY, the totals are computed in the database -------------------------
+
+
+@contextmanager
+def pg_database(cluster):  # type: ignore[no-untyped-def]
+    name = cluster.create_database()
+    try:
+        yield cluster.url(name)
+    finally:
+        cluster.drop_database(name)
+
+
+def pg_contents(url: str) -> dict[str, list[tuple]]:
+    return {table: sorted(query(url, f"SELECT * FROM {table}"), key=repr) for table in TABLES}
+
+
+def pg_outcome(url: str, paths: list[Path]) -> list[str] | dict[str, list[tuple]]:
+    conn = open_database(url)
+    try:
+        import_files(conn, paths, NOW_US)
+    except ImportFailed as exc:
+        assert conn.execute("SELECT count(*) FROM builds").fetchone() == (0,)
+        return [str(error) for error in exc.errors] + [f"total {exc.total}"]
+    finally:
+        conn.close()
+    return pg_contents(url)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(
+    specs=st.lists(spec_strategy, min_size=4, max_size=16),
+    max_tag_slots=st.sampled_from([2, fresh_load.MAX_TAG_SLOTS]),
+    conflict=st.none() | st.tuples(st.integers(1, 16), st.integers(1, 17)),
+)
+def test_a_fresh_load_into_postgresql_stores_what_the_writer_stores_or_refuses_alike(
+    pg_cluster, tmp_path, specs, max_tag_slots, conflict
+):
+    records = to_records(specs, conflict)
+    paths = [write_jsonl(tmp_path / "a.jsonl", records)]
+    with pg_database(pg_cluster) as by_writer, pg_database(pg_cluster) as by_copy:
+        with writer_path(promote_at=2):
+            expected = pg_outcome(by_writer, paths)
+        with fresh_path(promote_at=2, max_tag_slots=max_tag_slots):
+            got = pg_outcome(by_copy, paths)
+    assert got == expected
+
+
+def test_a_fresh_load_into_postgresql_stores_what_sqlite_stores(pg_url, tmp_path, monkeypatch):
+    """Builds of two accounts over many hours, days and statuses, tags (some promoted), logs, restart links; the
+    day figures read and written a few days at a time."""
+    from buildreport.store.postgres import bulk
+
+    monkeypatch.setattr(bulk, "DAYS_AT_ONCE", 3)
+    records = [
+        to_record(i, {"account": ("acme", "globex")[i % 2], "minutes": i * 37, "status": STATUSES[i % len(STATUSES)],
+                      "duration": i * 11, "queue": i / 8, "cpu": i, "nar": [i * 1000, 7], "restarts": False,
+                      "tags": {"project": "web", "run": str(i % 7)} if i % 3 else {}, "log": f"log {i}" * (i % 2)})
+        for i in range(1, 401)
+    ]
+    records[9]["restarted_as_build_id"] = 12  # both of acme; 12 links back once both are in
+    for i in range(0, 400, 50):  # values that JSON escapes, read back from the stored JSON by each engine
+        records[i]["tags"] |= {'say "hi"': 'a\\b\n\t\u2028 é 😀 \x7f', "colon:key": ":"}
+    path = write_jsonl(tmp_path / "a.jsonl", records)
+    with fresh_path(promote_at=20):
+        expected = outcome(tmp_path / "fresh.db", [path])
+        got = pg_outcome(pg_url, [path])
+    assert isinstance(got, dict) and got["tag_pairs"]
+    assert got == expected
+
+
+def test_accounts_made_after_a_fresh_load_into_postgresql_get_the_next_ids(pg_url, tmp_path):
+    with fresh_path():
+        pg_outcome(pg_url, [write_jsonl(tmp_path / "a.jsonl", [record(1, account="new"), record(2)])])
+    with writer_path():
+        pg_outcome(pg_url, [write_jsonl(tmp_path / "b.jsonl", [record(3, account="later")])])
+    assert query(pg_url, "SELECT account_id, name FROM accounts ORDER BY 1") == [(1, "new"), (2, "acme"), (3, "later")]
+
+
+def test_a_fresh_load_into_postgresql_that_fails_at_the_end_writes_nothing(pg_url, tmp_path, monkeypatch):
+    from buildreport.store.postgres import bulk
+
+    def fail(conn):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(bulk, "fill_totals", fail)
+    with fresh_path(), pytest.raises(RuntimeError, match="the disk is full"):
+        pg_outcome(pg_url, [write_jsonl(tmp_path / "a.jsonl", [record(1, log="a log"), record(2, account="new")])])
+    for table in TABLES:
+        assert query(pg_url, f"SELECT count(*) FROM {table}") == [(0,)], table
+
+
+@pytest.mark.parametrize(("field", "times"), [("duration_seconds", 2), ("outputs", 1)])
+def test_an_account_whose_total_would_reach_two_to_the_62_is_refused_by_a_fresh_load_into_postgresql(
+    pg_url, tmp_path, field, times
+):
+    """Twice past the limit, whose sums would not fit 64 bits, is refused before any total is written."""
+    if field == "duration_seconds":
+        builds = times * -(-MAX_ACCOUNT_TOTAL // (MAX_DURATION_SECONDS * 1_000_000))
+        fields = {"duration_seconds": MAX_DURATION_SECONDS}
+    else:
+        builds = MAX_ACCOUNT_TOTAL // (MAX_OUTPUTS * MAX_NAR_SIZE_BYTES)
+        fields = {"outputs": [{"name": f"o{i}", "path": "/nix/store/x", "nar_hash": "h",
+                               "nar_size_bytes": MAX_NAR_SIZE_BYTES} for i in range(MAX_OUTPUTS)]}
+    path = write_jsonl(tmp_path / "a.jsonl", [record(i, **fields) for i in range(1, builds + 1)])
+    with fresh_path():
+        got = pg_outcome(pg_url, [path])
+    assert got == [f"{path}:{builds}: {field}: {OVERSIZED}", "total 1"]

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from conftest import buildreport_command, record, write_jsonl
-from test_fresh_load import contents, writer_path
+from test_fresh_load import contents, pg_contents, pg_database, pg_outcome, writer_path
 
 from buildreport.imports import files
 from buildreport.imports import load as ingest
@@ -145,6 +145,19 @@ def test_a_large_import_at_the_command_line_ends_with_its_reading_process(tmp_pa
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert conn.execute("SELECT count(*) FROM builds").fetchone() == (0,)
     conn.close()
+
+
+def test_builds_read_in_a_process_of_their_own_into_postgresql_are_stored_as_the_writer_stores_them(
+    tmp_path, two_processes, pg_cluster
+):
+    """Through COPY, links across batches kept two-way as the writer keeps them."""
+    paths = [write_jsonl(tmp_path / "a.jsonl", many(BATCH_SIZE + 500))]
+    with pg_database(pg_cluster) as by_copy, pg_database(pg_cluster) as by_writer:
+        assert isinstance(pg_outcome(by_copy, paths), dict)
+        assert len(two_processes) == 1
+        with writer_path():
+            assert pg_outcome(by_writer, paths) == pg_contents(by_copy)
+    assert multiprocessing.active_children() == []
 
 
 def test_a_large_import_at_the_command_line_stores_every_build(tmp_path):

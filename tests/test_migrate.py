@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from conftest import NOW, Env, auth, query, record
 
 from buildreport.cli.main import main
+from buildreport.http import answers, insights
 from buildreport.store import migrate as migrate_module
 from buildreport.store.errors import DatabaseError
 from buildreport.store.postgres import schema as pg_schema
@@ -153,3 +154,67 @@ def test_wrong_sources_and_targets_are_one_clear_line(source, pg_url, args, says
     assert code != 0 and says in out and "Traceback" not in out and "secret" not in out, out
     assert out.count("Error:") == 1, out
     assert query(pg_url, "SELECT count(*) FROM builds") == [(0,)]
+
+COPIED = ("accounts", "builds", "build_tags", "build_logs", "day_figures", "hourly_totals", "daily_totals",
+          "daily_usage", "tag_pairs", "tag_daily_totals")
+
+
+def _sample_answers(project: str) -> list[str]:
+    """Every kind of summary, statistics and usage answer, over whole and partial days, with and without a
+    kept tag pair and statuses."""
+    whole = "create_time_from=2000-01-01"
+    part = "create_time_from=2026-09-20T05:30:00Z&create_time_to=2026-10-11T13:00:00Z"
+    narrowings = ("", f"&tags=project:{project}", "&status=built,build_failed", f"&tags=project:{project},os:x")
+    answers = []
+    for window in (whole, part):
+        for narrowing in narrowings:
+            answers.append(f"/builds/summary?{window}{narrowing}")
+            answers += [f"/builds/stats?{window}{narrowing}&group_by={group}"
+                        for group in ("day", "status", "system", "derivation", "tag:project")]
+    answers.append(f"/builds/stats?{part}&group_by=hour")
+    for dates in ("from=2000-01-01", "from=2026-09-20&to=2026-10-11"):
+        answers.append(f"/usage?{dates}")
+        answers += [f"/usage/breakdown?{dates}&group_by={group}" for group in ("day", "system", "tag:project")]
+    return [*answers, f"/builds?{whole}&limit=10000", f"/builds?{part}&tags=project:{project}"]
+
+
+def test_a_copy_of_sample_data_answers_every_summary_statistic_and_usage_as_its_source(tmp_path, pg_url, monkeypatch):
+    """`sample` data of two accounts over 60 days, its logs, tags and restarts: each answer the same, byte for byte
+    (at one moment: a running build stops "now")."""
+    for module in (answers, insights):
+        monkeypatch.setattr(module, "now_us", lambda: 1_793_000_000_000_000)
+    data = tmp_path / "sample.jsonl"
+    assert _run("sample", "-o", str(data), "--builds", "3000", "--days", "60", "--accounts", "acme,globex",
+                "--seed", "7", "--end", "2026-11-01", "--log-share", "0.2")[0] == 0
+    source = Env(tmp_path, tmp_path / "source.db")
+    assert _run("import", "--db", str(source.db), str(data))[0] == 0
+    tokens = [source.token(account) for account in ("acme", "globex")]
+    ((project,),) = query(source.db, "SELECT value FROM tag_pairs WHERE key = 'project' ORDER BY value LIMIT 1")
+    paths = _sample_answers(project)
+    with source.client() as client:
+        expected = {(token, path): client.get(path, headers=auth(token)) for token in tokens for path in paths}
+    assert _run("migrate", "--from", str(source.db), "--to", pg_url)[0] == 0
+    columns = dict(migrate_module.TABLES)
+    for table in COPIED:  # every row as stored, kept figures too
+        select = f"SELECT {', '.join(columns[table])} FROM {table}"
+        stored = sorted(query(source.db, select), key=repr)
+        assert sorted(query(pg_url, select), key=repr) == stored, table
+    with Env(tmp_path, pg_url).client() as client:
+        for (token, path), answer in expected.items():
+            assert answer.status_code == 200, (path, answer.text)
+            got = client.get(path, headers=auth(token))
+            assert (got.status_code, got.content) == (answer.status_code, answer.content), path
+
+
+def test_a_copy_has_every_index_of_the_schema_as_the_schema_defines_it(source, pg_url, pg_cluster):
+    """Indexes are made after the rows are copied: each is made again from its own definition."""
+    indexes = "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname IN ('public', 'auth') ORDER BY 2"
+    empty = pg_cluster.create_database()
+    try:
+        query(pg_cluster.url(empty), "SELECT 1")  # opening the database creates the schema
+        defined = query(pg_cluster.url(empty), indexes)
+    finally:
+        pg_cluster.drop_database(empty)
+    assert _run("migrate", "--from", str(source.db), "--to", pg_url)[0] == 0
+    assert ("builds", "builds_by_derivation") in {(table, name) for table, name, _ in defined}
+    assert query(pg_url, indexes) == defined

@@ -68,10 +68,11 @@ def deferred_indexes(conn: Any, *, beside_reader: bool = False) -> AbstractConte
 
 def loads_fresh(conn: Any) -> bool:
     """Inside a large write's transaction: whether it may go through store.fresh_load, which inserts prepared
-    rows into a SQLite database with no builds (on PostgreSQL every import goes through the writer)."""
+    rows into a database with no builds (SQLite's statements, PostgreSQL's COPY)."""
     if getattr(conn, "engine", None) == "postgresql":
-        return False
-    from buildreport.store.sqlite.bulk import holds_builds
+        from buildreport.store.postgres.bulk import holds_builds
+    else:
+        from buildreport.store.sqlite.bulk import holds_builds
 
     return not holds_builds(conn)
 

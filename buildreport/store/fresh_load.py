@@ -6,6 +6,10 @@ stored needs reading before a row is made: the reading process makes each build'
 arrive (`FreshLoad`) with their tag rows, adds up the other totals (`BuildTotals`), keeps restart links
 two-way as the writer does, and writes the totals once at the end. The work is split so that each process
 keeps a core about equally busy, at less than half the time of the writer alone (bench/store.md).
+
+Into PostgreSQL, builds and logs go through binary COPY, and the tag rows and every total but those of tag pairs
+are computed once the builds are in, by set-based SQL in the database (postgres.bulk): a third of the time of
+the writer's batched INSERTs (bench/notes.md).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import msgspec
 from buildreport.models import BILLABLE
 from buildreport.store import day_figures, tag_totals
 from buildreport.store.build_rows import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS
+from buildreport.store.engines import Connection
 from buildreport.store.links import Conflict, LinkEnds, link_peers
 from buildreport.store.queries import US_PER_DAY, US_PER_HOUR
 from buildreport.store.totals import (
@@ -142,10 +147,10 @@ class BuildTotals:
 
 
 _TAG_PAIR = "INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)"
-_TAG_DAILY = (
-    "INSERT INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds, duration_us,"
-    " nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+_TAG_DAILY_COLUMNS = ("account_id", "key", "value", "period_us", "status", "builds", "cpu_seconds", "duration_us",
+                      "nar_size_bytes", "first_start_us", "last_stop_us")
+_TAG_DAILY = f"INSERT INTO tag_daily_totals ({', '.join(_TAG_DAILY_COLUMNS)}) VALUES ({', '.join('?' * 11)})"
+_LOG_COLUMNS = ("build_id", "size_bytes", "zlib")
 # A batch's tag rows, as Row.tag_values makes them, read by SQLite from the builds' JSON just inserted:
 # binding millions of tag rows as parameters, and sending them from the reading process, would cost more.
 _TAGS_OF_BUILDS = (
@@ -163,12 +168,14 @@ class FreshLoad:
     """Inserts a load's rows into a database with no builds, inside a transaction the caller owns; like the
     writer, it tells `conflict` of every record it cannot write and raises nothing for them."""
 
-    def __init__(self, conn: sqlite3.Connection, conflict: Conflict, now_us: int) -> None:
+    def __init__(self, conn: Connection, conflict: Conflict, now_us: int) -> None:
         self._conn = conn
         self._conflict = conflict
         self._now_us = now_us
         self._last_location: dict[int, object] = {}
         self._totals = BuildTotals()
+        # PostgreSQL takes the rows through COPY and computes the totals from them at the end (postgres.bulk).
+        self._postgres = getattr(conn, "engine", None) == "postgresql"
         self.created = 0
         # The accounts there already, by name: the reading process gives new ones the ids after them.
         self.accounts: dict[str, int] = dict(conn.execute("SELECT name, account_id FROM accounts").fetchall())
@@ -186,11 +193,17 @@ class FreshLoad:
                 "INSERT INTO accounts (account_id, name, created_us) VALUES (?, ?, ?)",
                 [(account_id, name, self._now_us) for account_id, name in accounts],
             )
-        conn.executemany(UPSERT_BUILDS, builds)
         ids = [row[_ID] for row in builds]
-        conn.execute(_TAGS_OF_BUILDS.format(marks=",".join("?" * len(ids))), ids)
-        conn.executemany(UPSERT_LOGS, logs)
-        self._totals.add(builds)
+        if self._postgres:
+            from buildreport.store.postgres import bulk
+
+            bulk.copy_rows(conn.raw, "builds", BUILD_COLUMNS, builds)
+            bulk.copy_rows(conn.raw, "build_logs", _LOG_COLUMNS, logs)
+        else:
+            conn.executemany(UPSERT_BUILDS, builds)
+            conn.execute(_TAGS_OF_BUILDS.format(marks=",".join("?" * len(ids))), ids)
+            conn.executemany(UPSERT_LOGS, logs)
+            self._totals.add(builds)
         self.created += len(builds)
         for row, location in zip(builds, locations, strict=True):
             self._last_location[row[_ACCOUNT]] = location
@@ -207,6 +220,9 @@ class FreshLoad:
         """Write the totals, with those of tag pairs as the reading process added them up (None: too many to add
         up there). An account whose sums reach MAX_ACCOUNT_TOTAL is a conflict, as in the writer."""
         conn = self._conn
+        if self._postgres:
+            self._finish_postgres(tags)
+            return
         if refuse_oversized(conn, self._conflict, self._last_location, self._totals.sums):
             return  # the load fails, and its totals might not fit their columns
         self._totals.write(conn)
@@ -215,3 +231,20 @@ class FreshLoad:
         else:
             conn.executemany(_TAG_PAIR, tags.pairs)
             conn.executemany(_TAG_DAILY, tags.daily)
+
+    def _finish_postgres(self, tags: TagTotalsRows | None) -> None:
+        """As `finish`, in PostgreSQL: the tag rows and totals are computed from the stored builds, set-based."""
+        from buildreport.store.postgres import bulk
+
+        conn, raw = self._conn, self._conn.raw
+        raw.execute(bulk.NEXT_ACCOUNT_ID)
+        sums = {account_id: [cpu, duration, nar] for account_id, cpu, duration, nar in raw.execute(bulk.ACCOUNT_SUMS)}
+        if refuse_oversized(conn, self._conflict, self._last_location, sums):
+            return
+        raw.execute(bulk.TAGS_OF_BUILDS)
+        bulk.fill_totals(raw)
+        if tags is None:
+            tag_totals.recompute_all(conn)
+        else:
+            bulk.copy_rows(raw, "tag_pairs", ("account_id", "key", "value"), tags.pairs)
+            bulk.copy_rows(raw, "tag_daily_totals", _TAG_DAILY_COLUMNS, tags.daily)

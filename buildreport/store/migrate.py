@@ -2,16 +2,18 @@
 
 Every table is copied as stored (builds with their JSON, logs, tags, kept totals, accounts, tokens and the
 signing key, so that issued links and tokens keep working), in one PostgreSQL transaction: a copy that
-fails or does not verify leaves the target as it was.
+fails or does not verify leaves the target as it was. Rows go through binary COPY, and each table's secondary
+indexes are made once its rows are in (postgres.bulk); a server already on the target waits for the commit.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from buildreport.store.errors import DatabaseError
+from buildreport.store.postgres import bulk
 from buildreport.store.postgres.schema import open_database as open_postgres
 from buildreport.store.postgres.schema import refresh_statistics
 from buildreport.store.sqlite.schema import attach_auth
@@ -103,12 +105,11 @@ def migrate(source: Path | str, target: str, on_table: Callable[[str, int], None
 
 
 def _copy_table(src, dst, table: str, columns: tuple[str, ...]) -> int:  # type: ignore[no-untyped-def]
-    names = ", ".join(columns)
-    cursor = src.execute(f"SELECT {names} FROM {table}")  # names from TABLES, never from input
-    count = 0
-    with dst.cursor().copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-        while rows := cursor.fetchmany(BATCH):
-            for row in rows:
-                copy.write_row(row)
-            count += len(rows)
-    return count
+    cursor = src.execute(f"SELECT {', '.join(columns)} FROM {table}")  # names from TABLES, never from input
+    with bulk.deferred_indexes(dst, table):
+        return bulk.copy_rows(dst, table, columns, _rows(cursor))
+
+
+def _rows(cursor) -> Iterator[tuple]:  # type: ignore[no-untyped-def]
+    while rows := cursor.fetchmany(BATCH):
+        yield from rows
