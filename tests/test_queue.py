@@ -49,18 +49,20 @@ def test_reads_beyond_the_size_wait_and_enter_in_arrival_order() -> None:
     assert most == 2
 
 
+async def hold(turns: Turns, release: asyncio.Event) -> None:
+    """Take a turn and keep it until `release` is set."""
+    async with turns:
+        await release.wait()
+
+
 def test_a_read_beyond_the_queue_length_is_refused_at_once_as_busy() -> None:
     async def run() -> DatabaseBusy:
         turns = Turns(1, length=1, wait=5)
         release = asyncio.Event()
 
-        async def holder() -> None:
-            async with turns:
-                await release.wait()
-
-        held = asyncio.create_task(holder())
+        held = asyncio.create_task(hold(turns, release))
         await asyncio.sleep(0)
-        waiting = asyncio.create_task(holder())
+        waiting = asyncio.create_task(hold(turns, release))
         await asyncio.sleep(0)
         assert turns.waiting == 1
         with pytest.raises(DatabaseBusy) as refused:
@@ -80,11 +82,7 @@ def test_a_read_that_waits_past_the_wait_is_refused_and_its_place_freed() -> Non
         turns = Turns(1, length=10, wait=0.05)
         release = asyncio.Event()
 
-        async def holder() -> None:
-            async with turns:
-                await release.wait()
-
-        held = asyncio.create_task(holder())
+        held = asyncio.create_task(hold(turns, release))
         await asyncio.sleep(0)
         started = time.monotonic()
         with pytest.raises(DatabaseBusy) as refused:
