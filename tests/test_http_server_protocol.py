@@ -107,6 +107,25 @@ def test_a_client_that_never_finishes_its_headers_is_dropped(env, serve):
     assert 0.9 <= dropped_after < 5
 
 
+def test_the_next_request_on_a_connection_has_its_own_time_to_send_its_head(env, serve):
+    env.load([record(1)])
+    server = serve(env.db, "--header-timeout", "1")
+    with connect(server.url) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        time.sleep(0.6)  # the first head's clock would end 0.4 s into the next head
+        began = time.monotonic()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(3):
+            time.sleep(0.2)
+            sock.sendall(b"X")
+        reply = answer(sock)
+        dropped_after = time.monotonic() - began
+    assert reply.startswith(b"HTTP/1.1 408 "), reply[:200]
+    assert 0.9 <= dropped_after < 5
+
+
 def test_idle_keep_alive_connections_are_closed(env, serve):
     env.load([record(1)])
     server = serve(env.db, "--keep-alive-timeout", "1")

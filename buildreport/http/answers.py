@@ -32,6 +32,8 @@ Pairs = list[tuple[str, str]]
 
 def pairs_of(query_string: bytes) -> Pairs:
     """Query parameters in order, blank values kept, so `limit=` is an error rather than the default."""
+    if not query_string:  # most reads have none
+        return []
     return parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, errors="replace")
 
 

@@ -31,7 +31,7 @@ from buildreport.http.exchange import exchange_handlers
 from buildreport.http.feed import Bell, list_events
 from buildreport.http.insights import build_stats, export_builds
 from buildreport.http.linklimits import LinkLimits
-from buildreport.http.metrics import METRICS_CHECK, count_delivery, metrics_router, prometheus_config, worker_stopped
+from buildreport.http.metrics import METRICS_CHECK, RequestMetrics, count_delivery, metrics_router, worker_stopped
 from buildreport.http.pages import web_router
 from buildreport.http.responses import Answer
 from buildreport.http.usage import get_usage, usage_breakdown
@@ -196,7 +196,7 @@ def create_litestar(settings: Settings) -> Litestar:
             favicon,
             front_door,
         ],
-        middleware=[prometheus_config().middleware],
+        middleware=[RequestMetrics],
         lifespan=[lifespan],
         on_shutdown=[worker_stopped],
         plugins=[

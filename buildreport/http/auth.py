@@ -8,7 +8,6 @@ from typing import Any
 
 import msgspec
 from litestar import Request
-from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from buildreport.errors import Problem
@@ -180,13 +179,22 @@ class TokenCheck:
 API_CHECK = "token_check"  # the application state's key of the API routes' TokenCheck
 
 
-class AuthMiddleware(ASGIMiddleware):
+class AuthMiddleware:
     """Turns the bearer token into a Principal in `scope["auth"]`, or answers 401, 403 or 429. The check itself,
     with its cache and rate limit, is the application state's `check_key` (a TokenCheck); this middleware holds
-    nothing, so Litestar's copies of it as it registers routes all share that one."""
+    nothing, so Litestar's copies of it as it registers routes all share that one.
+
+    A plain Litestar middleware (a callable given the next app): it guards every route of its router, so it
+    needs none of the exclusion checks the middleware base classes make on each request."""
 
     def __init__(self, check_key: str = API_CHECK) -> None:
         self.check_key = check_key
+
+    def __call__(self, app: ASGIApp) -> ASGIApp:
+        async def checked(scope: Scope, receive: Receive, send: Send) -> None:
+            await self.handle(scope, receive, send, app)
+
+        return checked
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
         state = scope["litestar_app"].state

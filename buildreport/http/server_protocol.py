@@ -57,6 +57,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.header_timeout: float = getattr(config, "header_timeout", DEFAULT_HEADER_TIMEOUT)
         self._head_bytes = 0
         self._awaiting_head = True
+        # When the head under way began (None between a head and the next request's first bytes), and the one
+        # timer that checks it: a head that ends in time leaves the timer to check the next, so a keep-alive
+        # request costs no timer of its own.
+        self._head_since: float | None = None
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -65,13 +69,16 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._start_head_clock()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_clock()
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
         metrics.connection_closed()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._awaiting_head:
-            self._start_head_clock()  # a keep-alive connection starts its next request
+            if self._head_since is None:
+                self._start_head_clock()  # a keep-alive connection starts its next request
             self._head_bytes += len(data)
         super().data_received(data)
         if self._awaiting_head and self._head_bytes > self.max_header_bytes and not self.transport.is_closing():
@@ -80,7 +87,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._awaiting_head = False
-        self._stop_head_clock()
+        self._head_since = None
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -89,25 +96,26 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0
 
     def _start_head_clock(self) -> None:
+        self._head_since = self.loop.time()
         if self._head_timer is None:
             self._head_timer = self.loop.call_later(self.header_timeout, self._head_too_slow)
 
-    def _stop_head_clock(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
     def _head_too_slow(self) -> None:
         self._head_timer = None
-        if self._awaiting_head and not self.transport.is_closing():
-            if self._head_bytes:
-                self._refuse(408, "Request Timeout", f"The request headers took longer than {self.header_timeout:g}s")
-            else:
-                self.transport.close()  # an idle connection: nothing was asked, nothing to answer
+        since = self._head_since
+        if not self._awaiting_head or since is None or self.transport.is_closing():
+            return  # no head under way: the next request's first bytes start the clock again
+        left = since + self.header_timeout - self.loop.time()
+        if left > 0:  # this head began after the timer was set, for an earlier one
+            self._head_timer = self.loop.call_later(left, self._head_too_slow)
+        elif self._head_bytes:
+            self._refuse(408, "Request Timeout", f"The request headers took longer than {self.header_timeout:g}s")
+        else:
+            self.transport.close()  # an idle connection: nothing was asked, nothing to answer
 
     def _refuse(self, status: int, reason: str, detail: str) -> None:
         # The formatter escapes control characters; the address comes from the socket, not the request.
         log.warning("%s refused before routing: %d %s", self.client[0] if self.client else "-", status, detail)
-        self._stop_head_clock()
+        self._head_since = None
         self.transport.write(_refusal(status, reason, detail))
         self.transport.close()
