@@ -36,6 +36,9 @@ FILTERS = {
     "derivation": BuildFilter(create_from_us=1, derivation_path="/nix/store/x.drv"),
 }
 
+# A window of whole days with a partial day at each edge.
+WHOLE_DAYS = BuildFilter(create_from_us=US_PER_DAY // 2, create_to_us=10 * US_PER_DAY + 5)
+
 BADGE_SERIES = {
     "derivation name": BadgeSeries("hello-2.12"),
     "system and tags": BadgeSeries("hello-2.12", "x86_64-linux", (("branch", "main"), ("ci", "1"))),
@@ -211,6 +214,13 @@ PG_QUERIES = {
         f"stats by {kind}, {name}": postgres_stats.stats_rows(1, f, GroupBy(kind, "project" if kind == "tag" else None))
         for name, f in FILTERS.items()
         for kind in ("day", "hour", "system", "status", "derivation", "tag")
+    },
+    # What a request sends: whole days from kept figures and the edges from the builds; a tag's two halves.
+    **{
+        f"stats by {kind}, {name}, part {i}": part
+        for name, f in {**FILTERS, "whole days and edges": WHOLE_DAYS}.items()
+        for kind in ("day", "tag")
+        for i, part in enumerate(postgres_stats.stats_parts(1, f, GroupBy(kind, "project" if kind == "tag" else None)))
     },
     **{
         f"newest builds of derivation paths, {name}, failed {failed}": postgres_stats.newest_of_paths(

@@ -90,7 +90,7 @@ def _newest(select: str, where: str, order: str, failed: bool) -> str:
 
 # The filter fields a tag row answers for itself: it holds its build's creation time and status, and the build's
 # other tags are found by its key.
-_TAG_ROW_FIELDS = WINDOW | {"status", "tags"}
+TAG_ROW_FIELDS = WINDOW | {"status", "tags"}
 # What a walk of `builds_for_stats` by period and status can filter on; other filters are grouped in one pass.
 _BY_PERIOD_FIELDS = WINDOW | {"status"}
 # Kept figures whose rows a grouping by their period takes whole periods from, the first that answers.
@@ -158,7 +158,7 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
     """Figures per value of the tag `key`: its values found one by one in the tag index, each value's builds in
     the window one range of the tag table, whose rows hold their build's figures (so it is named `b` here).
 
-    Only a filter on a field tag rows do not carry (`_TAG_ROW_FIELDS`), such as a derivation path, needs the
+    Only a filter on a field tag rows do not carry (`TAG_ROW_FIELDS`), such as a derivation path, needs the
     build itself, through `builds_by_time`: there `+` keeps SQLite from reaching the build by its rowid (a read
     of the whole row, JSON included) or from turning the tag row's time into a range of builds."""
     values = (
@@ -168,7 +168,7 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
         " WHERE t.account_id = ? AND t.key = ? AND t.value > tag_values.value)"
         " FROM tag_values WHERE tag_values.value IS NOT NULL"
     )
-    if set_fields(build_filter) <= _TAG_ROW_FIELDS:
+    if set_fields(build_filter) <= TAG_ROW_FIELDS:
         tag, select = "b", "FROM build_tags b"
     else:
         tag = "g"
@@ -253,16 +253,24 @@ def stats_parts(
             _derivation_groups(account_id, build_filter, queue_times, low=PATH_SPLIT),
         ]
     if group_by.kind == "tag":
-        low = build_filter.create_from_us
-        high = build_filter.create_to_us if build_filter.create_to_us is not None else now_us()
-        if high - low >= SPLIT_WINDOW_US:
-            middle = low + (high - low) // 2
-            halves = (
-                msgspec.structs.replace(build_filter, create_to_us=middle),
-                msgspec.structs.replace(build_filter, create_from_us=middle),
-            )
+        halves = time_halves(build_filter)
+        if halves is not None:
             return [stats_rows(account_id, half, group_by, queue_times) for half in halves]
     return [stats_rows(account_id, build_filter, group_by, queue_times)]
+
+
+def time_halves(build_filter: BuildFilter) -> tuple[BuildFilter, BuildFilter] | None:
+    """The filter as its window's two halves of time, for a window of at least SPLIT_WINDOW_US (to now when it
+    is open); None for a shorter one."""
+    low = build_filter.create_from_us
+    high = build_filter.create_to_us if build_filter.create_to_us is not None else now_us()
+    if high - low < SPLIT_WINDOW_US:
+        return None
+    middle = low + (high - low) // 2
+    return (
+        msgspec.structs.replace(build_filter, create_to_us=middle),
+        msgspec.structs.replace(build_filter, create_from_us=middle),
+    )
 
 
 def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
