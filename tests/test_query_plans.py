@@ -279,6 +279,24 @@ def _index_conditions(plan: dict) -> list[str]:
     return found
 
 
+def _node_types(plan: dict, relation: str) -> list[str]:
+    """The kinds of read of `relation` anywhere in a plan."""
+    found = [plan["Node Type"]] if plan.get("Relation Name") == relation else []
+    for child in plan.get("Plans", ()):
+        found += _node_types(child, relation)
+    return found
+
+
+@pytest.mark.parametrize("name", ["window", "status", "one tag", "two tags and status"])
+def test_statistics_by_tag_read_only_the_tag_index_on_postgresql(pg_conn, name):
+    """A tag's rows are read from its index alone, which holds their figures, never fetched from the table."""
+    for sql, params in postgres_stats.stats_parts(1, FILTERS[name], GroupBy("tag", "project")):
+        ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
+        document = json.loads(plan) if isinstance(plan, str) else plan
+        reads = _node_types(document[0]["Plan"], "build_tags")
+        assert reads and set(reads) == {"Index Only Scan"}, f"{name}: {document}"
+
+
 @pytest.mark.parametrize("kind", ["summary", "list"])
 def test_each_further_tag_pair_is_one_lookup_by_its_whole_key_on_postgresql(pg_conn, kind):
     """Planned without statistics (a table just filled), every pair after the first is still looked up by its
