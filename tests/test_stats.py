@@ -454,3 +454,20 @@ def test_groups_of_stored_days_and_single_builds_hold_every_value_and_leave_the_
             assert group.p95_duration() == (nearest_rank(expected, 95) if expected else None)
             assert percentiles(group.queues) == percentiles(list(expected))
     assert [(key, list(figures[3]), list(figures[4])) for key, figures in rows] == before
+
+
+@given(
+    st.lists(
+        st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 1e-7, 7200.125]) | st.floats(0, 1e9, allow_nan=False)),
+        min_size=1,
+        max_size=9,
+    )
+)
+def test_percentiles_of_stored_days_runs_equal_those_of_their_values_sorted(runs):
+    """Values made of ascending runs (a stored day's array per status) give the percentiles of all of them sorted,
+    whichever run is the longest, with ties and empty runs among them."""
+    values, ends = array("d"), []
+    for run in runs:
+        values.extend(sorted(run))
+        ends.append(len(values))
+    assert percentiles(values, ends) == percentiles(sorted(values))
