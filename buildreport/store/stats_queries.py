@@ -253,24 +253,16 @@ def stats_parts(
             _derivation_groups(account_id, build_filter, queue_times, low=PATH_SPLIT),
         ]
     if group_by.kind == "tag":
-        halves = time_halves(build_filter)
-        if halves is not None:
+        low = build_filter.create_from_us
+        high = build_filter.create_to_us if build_filter.create_to_us is not None else now_us()
+        if high - low >= SPLIT_WINDOW_US:
+            middle = low + (high - low) // 2
+            halves = (
+                msgspec.structs.replace(build_filter, create_to_us=middle),
+                msgspec.structs.replace(build_filter, create_from_us=middle),
+            )
             return [stats_rows(account_id, half, group_by, queue_times) for half in halves]
     return [stats_rows(account_id, build_filter, group_by, queue_times)]
-
-
-def time_halves(build_filter: BuildFilter) -> tuple[BuildFilter, BuildFilter] | None:
-    """The filter as its window's two halves of time, for a window of at least SPLIT_WINDOW_US (to now when it
-    is open); None for a shorter one."""
-    low = build_filter.create_from_us
-    high = build_filter.create_to_us if build_filter.create_to_us is not None else now_us()
-    if high - low < SPLIT_WINDOW_US:
-        return None
-    middle = low + (high - low) // 2
-    return (
-        msgspec.structs.replace(build_filter, create_to_us=middle),
-        msgspec.structs.replace(build_filter, create_from_us=middle),
-    )
 
 
 def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
