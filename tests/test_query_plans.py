@@ -36,6 +36,9 @@ FILTERS = {
     "derivation": BuildFilter(create_from_us=1, derivation_path="/nix/store/x.drv"),
 }
 
+# A window of whole days with a partial day at each edge.
+WHOLE_DAYS = BuildFilter(create_from_us=US_PER_DAY // 2, create_to_us=10 * US_PER_DAY + 5)
+
 BADGE_SERIES = {
     "derivation name": BadgeSeries("hello-2.12"),
     "system and tags": BadgeSeries("hello-2.12", "x86_64-linux", (("branch", "main"), ("ci", "1"))),
@@ -212,6 +215,13 @@ PG_QUERIES = {
         for name, f in FILTERS.items()
         for kind in ("day", "hour", "system", "status", "derivation", "tag")
     },
+    # What a request sends: whole days from kept figures and the edges from the builds; a tag's two halves.
+    **{
+        f"stats by {kind}, {name}, part {i}": part
+        for name, f in {**FILTERS, "whole days and edges": WHOLE_DAYS}.items()
+        for kind in ("day", "tag")
+        for i, part in enumerate(postgres_stats.stats_parts(1, f, GroupBy(kind, "project" if kind == "tag" else None)))
+    },
     **{
         f"newest builds of derivation paths, {name}, failed {failed}": postgres_stats.newest_of_paths(
             1, f, ["/nix/store/a.drv", "b"], failed
@@ -267,6 +277,24 @@ def _index_conditions(plan: dict) -> list[str]:
     for child in plan.get("Plans", ()):
         found += _index_conditions(child)
     return found
+
+
+def _node_types(plan: dict, relation: str) -> list[str]:
+    """The kinds of read of `relation` anywhere in a plan."""
+    found = [plan["Node Type"]] if plan.get("Relation Name") == relation else []
+    for child in plan.get("Plans", ()):
+        found += _node_types(child, relation)
+    return found
+
+
+@pytest.mark.parametrize("name", ["window", "status", "one tag", "two tags and status"])
+def test_statistics_by_tag_read_only_the_tag_index_on_postgresql(pg_conn, name):
+    """A tag's rows are read from its index alone, which holds their figures, never fetched from the table."""
+    for sql, params in postgres_stats.stats_parts(1, FILTERS[name], GroupBy("tag", "project")):
+        ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
+        document = json.loads(plan) if isinstance(plan, str) else plan
+        reads = _node_types(document[0]["Plan"], "build_tags")
+        assert reads and set(reads) == {"Index Only Scan"}, f"{name}: {document}"
 
 
 @pytest.mark.parametrize("kind", ["summary", "list"])

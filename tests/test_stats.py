@@ -193,6 +193,64 @@ def test_stats_equal_a_plain_computation(api, start_minutes, length_minutes, sta
     assert response.json() == expected
 
 
+DAY_US = 86_400 * US
+FIRST_DAY = us(ORIGIN.isoformat()) // DAY_US * DAY_US
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    first_day=st.integers(-1, 4),
+    days=st.one_of(st.none(), st.integers(0, 5)),
+    # Bounds on midnight (no partial day at that edge), or inside a day.
+    start_offset=st.sampled_from([0, 0, 90 * 60 * US, 23 * 3_600 * US + 1]),
+    end_offset=st.sampled_from([0, 0, 3_600 * US, -1]),
+    statuses=st.lists(st.sampled_from(STATUSES), max_size=3, unique=True),
+    group_by=st.sampled_from(["day", "hour", "tag:project", "status"]),
+)
+def test_stats_over_whole_days_equal_a_plain_computation(api, first_day, days, start_offset, end_offset, statuses,
+                                                         group_by):
+    """Windows whose bounds fall on midnight or near it: whole days are answered from kept figures, partial days
+    at the edges from the builds, and together they are exactly the builds."""
+    client, secret = api
+    low = FIRST_DAY + first_day * DAY_US + start_offset
+    high = None if days is None else max(low, FIRST_DAY + (first_day + days) * DAY_US + end_offset)
+    params: dict[str, Any] = {"create_time_from": z(low), "group_by": group_by}
+    if high is not None:
+        params["create_time_to"] = z(high)
+    if statuses:
+        params["status"] = ",".join(statuses)
+    before = int(datetime.now(UTC).timestamp() * US)
+    response = client.get("/builds/stats", params=params, headers=auth(secret))
+    after = int(datetime.now(UTC).timestamp() * US)
+    assert response.status_code == 200, response.text
+    expected = plain_stats(low, high, statuses, None, group_by, 100, before)
+    if response.json() != expected:  # "now" may have crossed an hour between the two readings
+        expected = plain_stats(low, high, statuses, None, group_by, 100, after)
+    assert response.json() == expected
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_whole_days_are_answered_from_kept_figures_and_partial_days_from_builds(request, tmp_path, engine):
+    """Both engines read a grouping by day's whole days from day_figures: with one day's kept figures taken away,
+    that day reads empty, while the partial days at the window's edges, read from the builds, do not."""
+    env = Env(tmp_path, new_database(request, engine, tmp_path))
+    env.load(RECORDS)
+    low = FIRST_DAY + 6 * 3_600 * US
+    high = FIRST_DAY + 3 * DAY_US + 6 * 3_600 * US
+    params = {"create_time_from": z(low), "create_time_to": z(high), "group_by": "day"}
+    whole = _stats(env, **params)
+    assert [g["build_count"] > 0 for g in whole] == [True] * 4
+    conn = open_database(env.db)
+    try:
+        with conn:
+            conn.execute("DELETE FROM day_figures WHERE day_us = ?", (FIRST_DAY + DAY_US,))
+    finally:
+        conn.close()
+    groups = _stats(env, **params)
+    assert [g["build_count"] for g in groups] == [whole[0]["build_count"], 0, whole[2]["build_count"],
+                                                  whole[3]["build_count"]]
+
+
 def test_every_day_of_the_window_is_listed_with_empty_ones_zero(api):
     client, secret = api
     params = {"create_time_from": "2001-01-01", "create_time_to": "2001-01-04", "group_by": "day"}
@@ -396,3 +454,20 @@ def test_groups_of_stored_days_and_single_builds_hold_every_value_and_leave_the_
             assert group.p95_duration() == (nearest_rank(expected, 95) if expected else None)
             assert percentiles(group.queues) == percentiles(list(expected))
     assert [(key, list(figures[3]), list(figures[4])) for key, figures in rows] == before
+
+
+@given(
+    st.lists(
+        st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 1e-7, 7200.125]) | st.floats(0, 1e9, allow_nan=False)),
+        min_size=1,
+        max_size=9,
+    )
+)
+def test_percentiles_of_stored_days_runs_equal_those_of_their_values_sorted(runs):
+    """Values made of ascending runs (a stored day's array per status) give the percentiles of all of them sorted,
+    whichever run is the longest, with ties and empty runs among them."""
+    values, ends = array("d"), []
+    for run in runs:
+        values.extend(sorted(run))
+        ends.append(len(values))
+    assert percentiles(values, ends) == percentiles(sorted(values))

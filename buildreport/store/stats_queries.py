@@ -90,7 +90,7 @@ def _newest(select: str, where: str, order: str, failed: bool) -> str:
 
 # The filter fields a tag row answers for itself: it holds its build's creation time and status, and the build's
 # other tags are found by its key.
-_TAG_ROW_FIELDS = WINDOW | {"status", "tags"}
+TAG_ROW_FIELDS = WINDOW | {"status", "tags"}
 # What a walk of `builds_for_stats` by period and status can filter on; other filters are grouped in one pass.
 _BY_PERIOD_FIELDS = WINDOW | {"status"}
 # Kept figures whose rows a grouping by their period takes whole periods from, the first that answers.
@@ -158,7 +158,7 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
     """Figures per value of the tag `key`: its values found one by one in the tag index, each value's builds in
     the window one range of the tag table, whose rows hold their build's figures (so it is named `b` here).
 
-    Only a filter on a field tag rows do not carry (`_TAG_ROW_FIELDS`), such as a derivation path, needs the
+    Only a filter on a field tag rows do not carry (`TAG_ROW_FIELDS`), such as a derivation path, needs the
     build itself, through `builds_by_time`: there `+` keeps SQLite from reaching the build by its rowid (a read
     of the whole row, JSON included) or from turning the tag row's time into a range of builds."""
     values = (
@@ -168,7 +168,7 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
         " WHERE t.account_id = ? AND t.key = ? AND t.value > tag_values.value)"
         " FROM tag_values WHERE tag_values.value IS NOT NULL"
     )
-    if set_fields(build_filter) <= _TAG_ROW_FIELDS:
+    if set_fields(build_filter) <= TAG_ROW_FIELDS:
         tag, select = "b", "FROM build_tags b"
     else:
         tag = "g"

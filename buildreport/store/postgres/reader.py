@@ -21,7 +21,7 @@ from buildreport.store import queries
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT
 from buildreport.store.postgres import stats_queries as postgres_stats
-from buildreport.store.postgres.connection import configure, connect_kwargs, translate
+from buildreport.store.postgres.connection import BinaryResults, configure, connect_kwargs, translate
 from buildreport.store.queue import Turns
 from buildreport.store.reader import Reader
 
@@ -66,7 +66,7 @@ async def _fetch_now(pool: AsyncConnectionPool, query: queries.Query) -> list[tu
     for attempt in (1, 2):
         async with pool.connection() as conn:
             try:
-                cursor = await conn.execute(translate(sql), tuple(params))
+                cursor = await conn.execute(translate(sql), tuple(params), binary=isinstance(sql, BinaryResults))
                 return await cursor.fetchall() if cursor.description is not None else []
             except psycopg.OperationalError:
                 if attempt == 2 or not conn.broken:
