@@ -132,6 +132,7 @@ def _serve(settings: Settings) -> None:
         "host": settings.host, "port": settings.port, "access_log": False, "log_config": None, "ws": "none",
         "max_header_bytes": settings.max_header_bytes, "header_timeout": settings.header_timeout,
         "timeout_keep_alive": settings.keep_alive_timeout, "limit_concurrency": settings.max_connections,
+        "server_header": False,  # answers do not name the server software they run on
     }
     if settings.tls_cert:
         common |= {"ssl_certfile": settings.tls_cert, "ssl_keyfile": settings.tls_key}

@@ -57,10 +57,13 @@ def json_answer(
     if headers:
         raw += raw_headers(headers)
     # Read straight from the ASGI scope: a headers object would be built for this one header.
-    given = next((v for k, v in request_headers if k == b"if-none-match"), None)
-    if given is not None and etag_matches(given.decode("latin-1"), etag):
-        return 304, raw, b""
-    return 200, raw + json_headers(body), body
+    for name, given in request_headers:
+        if name == b"if-none-match":
+            if etag_matches(given.decode("latin-1"), etag):
+                return 304, raw, b""
+            break
+    raw += json_headers(body)
+    return 200, raw, body
 
 
 class Answer(Response[bytes]):
