@@ -65,6 +65,18 @@ def rps(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f}"
 
 
+def page_cache_line(passes: list[dict[str, Any]]) -> list[str]:
+    """A line on the reads that put the database into the page cache before each phase (page_cache.py)."""
+    if not passes:
+        return []
+    total = sum(p["bytes"] for p in passes)
+    seconds = sum(p["seconds"] for p in passes)
+    return [f"Before each measured phase the database's files were read once, so that the page cache held them as "
+            f"a serving machine's holds its working set: {len(passes)} passes, {total / 2**30:,.1f} GiB in "
+            f"{seconds:,.0f} s (slowest {max(passes, key=lambda p: p['seconds'])['before']}, "
+            f"{max(p['seconds'] for p in passes)} s).", ""]
+
+
 def mib(value: int | None) -> str:
     return "–" if value is None else f"{value / 2**20:,.1f} MiB"
 
@@ -433,7 +445,9 @@ def markdown(out: dict[str, Any], growth: list[str] | None = None) -> str:
         ["packages", ", ".join(f"{k} {v}" for k, v in pk.items() if v)],
         ["code", f"git {m.get('git')}"],
         ["load average (1, 5, 15 min)", f"start {_load(m.get('loadavg_start'))}; end {_load(m.get('loadavg_end'))}"],
+        ["idle memory", f"paged out by the host ({m['reclaimer']})" if m.get("reclaimer") else "kept"],
     ])
+    lines += page_cache_line(out.get("page_cache") or [])
 
     start, end, cpus = m.get("loadavg_start"), m.get("loadavg_end"), m.get("cpus") or 1
     if start and end and max(start[0], end[0]) > 0.5 * cpus:

@@ -54,6 +54,7 @@ import growth  # noqa: E402
 import growth_chart  # noqa: E402
 import ingest  # noqa: E402
 import load  # noqa: E402
+import page_cache  # noqa: E402
 import postgres  # noqa: E402
 import report  # noqa: E402
 from server import AnonSampler, Server, get  # noqa: E402
@@ -84,6 +85,9 @@ class Engine:
     out: dict[str, Any]
     # A scratch copy of the database for the writes of the ingestion phase: a context giving its --db.
     scratch: Callable[[], AbstractContextManager[Path | str]]
+    # The files that hold a database (this engine's or a scratch copy's --db), read into the page cache before a
+    # measured phase (page_cache.py).
+    files: Callable[[Path | str], list[Path]]
 
     def file(self, name: str) -> Path:
         """A file of this engine's run in bench/data/run/ (SQLite's keep the names they always had)."""
@@ -235,6 +239,7 @@ class Bench:
             "packages": packages,
             "git": git.stdout.strip() if git.returncode == 0 else None,
             "loadavg_start": os.getloadavg(),
+            "reclaimer": page_cache.reclaimer(),
         }
 
     # --- data ---------------------------------------------------------------------------------
@@ -677,8 +682,16 @@ class Bench:
             self.client = "wrk"
         self.out["client"] = self.client
 
+    def cache(self, engine: Engine, before: str, db: Path | str | None = None) -> None:
+        """Read the database's files into the page cache before the phase `before` (see page_cache.py)."""
+        done = page_cache.read_files(engine.files(engine.db if db is None else db))
+        self.out.setdefault("page_cache", []).append({"engine": engine.name, "before": before, **done})
+        self.say(f"{engine.name}: read {done['bytes'] / 2**20:,.0f} MiB into the page cache in {done['seconds']}s"
+                 f" before {before}")
+
     def serve_one_worker(self, eps: list[dict[str, Any]], engine: Engine) -> None:
         started = time.perf_counter()
+        self.cache(engine, "the 1-worker loads")
         results: dict[str, Any] = {}
         server = Server(self.cli, engine.db, 1, engine.file("server-1.log"))
         self.commands.append(rel(server.command))
@@ -706,6 +719,7 @@ class Bench:
                 if ep["key"] == "build_by_id":
                     entry["paired_bare"] = self.paired_with_bare(server, ep, engine)
             try:
+                self.cache(engine, "export")
                 exported = self.export(server)
             except Exception as exc:
                 self.fail(f"{engine.name}: export: {exc}")
@@ -725,6 +739,7 @@ class Bench:
 
     def serve_two_workers(self, eps: list[dict[str, Any]], engine: Engine) -> None:
         started = time.perf_counter()
+        self.cache(engine, "the 2-worker loads")
         server = Server(self.cli, engine.db, 2, engine.file("server-2.log"))
         self.commands.append(rel(server.command))
         results: dict[str, Any] = {}
@@ -746,6 +761,7 @@ class Bench:
         """Two `buildreport serve --workers 1` on ports of their own, one database; wrk's two threads (16
         connections each) load one server each."""
         started = time.perf_counter()
+        self.cache(engine, "the two-process loads")
         servers = [Server(self.cli, engine.db, 1, engine.file(f"server-p{n}.log")) for n in (1, 2)]
         results: dict[str, Any] = {}
         try:
@@ -874,6 +890,7 @@ class Bench:
             what = f"{workers} worker(s)" if count == 1 else f"{count} processes"
             try:
                 with engine.scratch() as scratch:
+                    self.cache(engine, f"ingestion, {what}", scratch)
                     result = ingest.measure(self.cli, scratch, RUN_DIR, self.token_secret, reads["paths"],
                                             self.seconds, self.wrk if self.client == "wrk" else None, workers, count)
             except Exception as exc:
@@ -973,7 +990,8 @@ class Bench:
             began = time.perf_counter()
             pg["import"] = {"without_logs": self.pg_import(cluster)}
             self.phase("postgresql_import", began)
-            engine = Engine("postgresql", url, pg, lambda: postgres.database_copy(cluster, name))
+            engine = Engine("postgresql", url, pg, lambda: postgres.database_copy(cluster, name),
+                            lambda _: page_cache.postgres_files(cluster.data))
             eps = deepcopy(eps)  # signed links differ by server: the SQLite run's stay as they were
             self.serve_one_worker(eps, engine)
             self.serve_two_workers(eps, engine)
@@ -1049,7 +1067,8 @@ class Bench:
             eps = self.endpoints()
             self.bare()
             if "sqlite" in ENGINES[self.engine]:
-                sqlite = Engine("sqlite", str(self.db), self.out, lambda: ingest.sqlite_copy(self.db, RUN_DIR))
+                sqlite = Engine("sqlite", str(self.db), self.out, lambda: ingest.sqlite_copy(self.db, RUN_DIR),
+                                page_cache.sqlite_files)
                 self.serve_one_worker(eps, sqlite)
                 self.serve_two_workers(eps, sqlite)
                 self.datasette(eps)
