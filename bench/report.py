@@ -679,7 +679,7 @@ def _ingestion(out: dict[str, Any], pg: dict[str, Any]) -> list[str]:
               f"{first.get('seconds')} s a run, into a fresh copy of the database for each setting (on disk before "
               "the server starts). Each run's builds were created within an hour of their own, the runs one after "
               "the other, and the senders' builds of a run interleave a millisecond apart, as concurrent runners' "
-              "do. Each server worker writes through a write process of its own. One "
+              "do. Each server's workers write through its one writer process. One "
               "client reads `/builds/{id}` (rotating ids) throughout; `reads alone` is the same reads with no writes. "
               "With two servers (separate `buildreport serve` processes on one PostgreSQL database) the senders take "
               "turns over them and the reads go to the first.", ""]
