@@ -28,7 +28,7 @@ zero-padded to 20 digits so that the greatest text is the newest build.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
@@ -47,19 +47,28 @@ _IDS = msgspec.json.Decoder(list[int])
 ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "p", "v", "value_groups")
 
 
-def _arrays(alias: str, queues: bool) -> str:
-    """The durations and queue times of the rows, as two JSON arrays (nulls left out by group_concat); the
-    second empty unless `queues`."""
-    queue_times = f"coalesce(group_concat({alias}.queue_text), '')" if queues else "''"
-    return f"'[' || coalesce(group_concat({alias}.duration_text), '') || '],[' || {queue_times} || ']'"
+def group_concat(column: str) -> str:
+    """SQLite's aggregate that joins a column's values with commas, nulls left out."""
+    return f"group_concat({column})"
 
 
-def _by_status(alias: str, queues: bool) -> str:
-    """A group's figures for builds of one status."""
-    return f"'[' || count(*) || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ',' || {_arrays(alias, queues)} || ']'"
+Concat = Callable[[str], str]
 
 
-def _by_kind(alias: str, queues: bool) -> str:
+def _arrays(alias: str, queues: bool, concat: Concat) -> str:
+    """The durations and queue times of the rows, as two JSON arrays (nulls left out); the second empty unless
+    `queues`."""
+    queue_times = f"coalesce({concat(f'{alias}.queue_text')}, '')" if queues else "''"
+    return f"'[' || coalesce({concat(f'{alias}.duration_text')}, '') || '],[' || {queue_times} || ']'"
+
+
+def figures_by_status(alias: str, queues: bool, concat: Concat = group_concat) -> str:
+    """A group's figures for builds of one status; `concat` is the engine's comma-joining aggregate."""
+    arrays = _arrays(alias, queues, concat)
+    return f"'[' || count(*) || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ',' || {arrays} || ']'"
+
+
+def figures_by_kind(alias: str, queues: bool, concat: Concat = group_concat) -> str:
     """A group's figures for builds of any status: all builds, the successful, discarded and unfinished ones,
     CPU seconds and those of builds that are not billable. Statuses are compared one by one: cheaper per build
     than `IN`, which SQLite answers from a small temporary index."""
@@ -75,7 +84,7 @@ def _by_kind(alias: str, queues: bool) -> str:
         f"'[' || count(*) || ',' || {count(SUCCESSFUL)} || ',' || {count(DISCARDED)} || ',' || {count(UNFINISHED)}"
         f" || ',' || coalesce(sum({alias}.cpu_seconds), 0)"
         f" || ',' || coalesce(sum(CASE WHEN {one_of(unbilled)} THEN {alias}.cpu_seconds END), 0)"
-        f" || ',' || {_arrays(alias, queues)} || ']'"
+        f" || ',' || {_arrays(alias, queues, concat)} || ']'"
     )
 
 
@@ -120,7 +129,7 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         f" statuses(status) AS (VALUES {','.join('(?)' for _ in statuses)})"
     )
     from_builds = (
-        f"(SELECT {_by_status('b', queues)} FROM builds b WHERE b.account_id = ? AND b.status = statuses.status"
+        f"(SELECT {figures_by_status('b', queues)} FROM builds b WHERE b.account_id = ? AND b.status = statuses.status"
         " AND b.create_us >= periods.low AND b.create_us < periods.high)"
     )
     kept = _kept_table(build_filter, period)
@@ -142,7 +151,7 @@ def _value_groups(name: str, values: str, values_params: list[object], select: s
                   where_params: list[object], queues: bool) -> Query:
     """Figures per value of the recursive row source `name` (each value found by one step in an index): one
     subquery per value reads its builds; `where` names the value as `{value}`."""
-    figures = f"(SELECT {_by_kind('b', queues)} {select} WHERE {where.format(value='v.value')})"
+    figures = f"(SELECT {figures_by_kind('b', queues)} {select} WHERE {where.format(value='v.value')})"
     sql = (
         f"WITH RECURSIVE {name}(value) AS ({values}),"
         f" value_groups(value, figures) AS MATERIALIZED (SELECT v.value, {figures} FROM {name} v"
@@ -216,7 +225,7 @@ _GROUP_COLUMNS = {
 def _grouped_in_one_pass(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queues: bool) -> Query:
     source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     sql = (
-        f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, {_by_status('b', queues)}"
+        f"SELECT {_GROUP_COLUMNS[group_by.kind]} AS g, b.status, {figures_by_status('b', queues)}"
         f" FROM {source} WHERE {where} GROUP BY g, b.status"
     )
     return sql, params

@@ -22,13 +22,13 @@ from collections.abc import Sequence
 import msgspec
 
 from buildreport.filters import BuildFilter, GroupBy, UsageQuery, set_fields
-from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
+from buildreport.models import FAILED
 from buildreport.store import filter_sql
 from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.filter_sql import Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, answers, whole_periods
 from buildreport.store.postgres.connection import BinaryResults
-from buildreport.store.stats_queries import TAG_ROW_FIELDS, stopped_billable
+from buildreport.store.stats_queries import TAG_ROW_FIELDS, figures_by_kind, figures_by_status, stopped_billable
 from buildreport.times import now_us
 
 JSON = "convert_from(b.body, 'UTF8')::json"  # a build's stored JSON, taken apart only where a figure needs it
@@ -48,13 +48,9 @@ _NEWEST_FAILED = (
 )
 
 
-def _figures(alias: str, queues: bool) -> str:
-    """A group's figures for rows `alias` of one status; the queue times empty unless `queues`."""
-    queue_times = f"coalesce(string_agg({alias}.queue_text, ','), '')" if queues else "''"
-    return (
-        f"'[' || count(*) || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ',[' ||"
-        f" coalesce(string_agg({alias}.duration_text, ','), '') || '],[' || {queue_times} || ']]'"
-    )
+def _string_agg(column: str) -> str:
+    """PostgreSQL's aggregate that joins a column's values with commas, nulls left out."""
+    return f"string_agg({column}, ',')"
 
 
 def _tag_values(account_id: int, key: str) -> Query:
@@ -70,24 +66,6 @@ def _tag_values(account_id: int, key: str) -> Query:
     return sql, [account_id, key, account_id, key]
 
 
-def _by_kind(alias: str, queues: bool) -> str:
-    """A group's figures for rows `alias` of any status, in the form of SQLite's walks: all builds, the successful,
-    discarded and unfinished ones, CPU seconds and those of builds that are not billable, the durations and the
-    queue times (empty unless `queues`)."""
-
-    def count(statuses: frozenset[BuildStatus]) -> str:
-        return f"count(*) FILTER (WHERE {alias}.status IN {in_list(statuses)})"
-
-    unbilled = in_list(frozenset(BuildStatus) - BILLABLE)
-    queue_times = f"coalesce(string_agg({alias}.queue_text, ','), '')" if queues else "''"
-    return (
-        f"'[' || count(*) || ',' || {count(SUCCESSFUL)} || ',' || {count(DISCARDED)} || ',' || {count(UNFINISHED)}"
-        f" || ',' || coalesce(sum({alias}.cpu_seconds), 0)"
-        f" || ',' || coalesce(sum({alias}.cpu_seconds) FILTER (WHERE {alias}.status IN {unbilled}), 0)"
-        f" || ',[' || coalesce(string_agg({alias}.duration_text, ','), '') || '],[' || {queue_times} || ']]'"
-    )
-
-
 def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bool) -> Query:
     """Figures per value of the tag `key` from the tag rows alone, which hold their build's status and figures:
     each value's rows in the window are one range of the tag index, summed as one row of every status (grouped
@@ -95,7 +73,7 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
     values, values_params = _tag_values(account_id, key)
     conditions, condition_params = filter_sql.conditions(account_id, build_filter, "g")
     figures = (
-        f"SELECT count(*) AS builds, {_by_kind('g', queues)} AS figures FROM build_tags g"
+        f"SELECT count(*) AS builds, {figures_by_kind('g', queues, _string_agg)} AS figures FROM build_tags g"
         f" WHERE g.account_id = ? AND g.key = ? AND g.value = v.value{conditions}"
     )
     sql = (
@@ -114,13 +92,14 @@ def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, qu
         source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
         source += " JOIN build_tags g ON g.account_id = b.account_id AND g.build_id = b.build_id AND g.key = ?"
         return (
-            f"SELECT g.value, b.status, {_figures('b', queue_times)} FROM {source} WHERE {where}"
+            f"SELECT g.value, b.status, {figures_by_status('b', queue_times, _string_agg)} FROM {source} WHERE {where}"
             " GROUP BY g.value, b.status",
             [group_by.tag_key, *params],
         )
     source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     column = _GROUP_COLUMNS[group_by.kind]
-    sql = f"SELECT {column} AS g, b.status, {_figures('b', queue_times)} FROM {source} WHERE {where} GROUP BY 1, 2"
+    figures = figures_by_status("b", queue_times, _string_agg)
+    sql = f"SELECT {column} AS g, b.status, {figures} FROM {source} WHERE {where} GROUP BY 1, 2"
     return sql, params
 
 
