@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 from conftest import auth, buildreport_command, free_port, record
 
 
-def wait_for(predicate, timeout: float = 5.0) -> bool:
+def wait_for(predicate, timeout: float = 5.0, step: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.05)
+        time.sleep(step)
     return predicate()
 
 
@@ -142,3 +148,30 @@ def _healthy(url: str) -> bool:
         return httpx.get(url + "/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sigterm_while_the_server_starts_leaves_no_writer_folder(workers):
+    # The writer's socket folder goes in TMPDIR: a short private one, watched for the folder to appear.
+    base = Path(tempfile.mkdtemp(prefix="br-term-", dir="/tmp"))
+    try:
+        db = base / "db" / "new.db"
+        db.parent.mkdir()
+        process = subprocess.Popen(
+            [*buildreport_command(), "serve", "--create", "--db", str(db), "--port", str(free_port()),
+             "--workers", workers],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": str(base)},
+        )
+        try:
+            assert wait_for(lambda: any(base.glob("buildreport-writer-*")), timeout=30, step=0.002)
+            process.send_signal(signal.SIGTERM)  # before uvicorn has taken the signal
+            stderr = process.communicate(timeout=30)[1].decode()
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+        assert process.returncode == -signal.SIGTERM  # ended by the signal, as without a handler
+        assert "Traceback" not in stderr
+        assert sorted(path.name for path in base.iterdir()) == ["db"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import ssl
 import sys
@@ -109,12 +110,39 @@ def run_server(settings: Settings, *, create: bool = True) -> None:
     from buildreport.events.deliver import event_rules
     from buildreport.store.writer import shared_writer
 
-    with shared_writer(settings.db, event_rules(settings)):  # one writer for all the workers, started first
+    with _stopped_cleanly_by_sigterm(), shared_writer(settings.db, event_rules(settings)):  # one writer, first
         stop_pruning = retention.start(settings)  # by that writer too
         try:
             _serve(settings)
         finally:
             stop_pruning.set()
+
+
+class _Terminated(BaseException):
+    """SIGTERM while uvicorn does not hold the signal: unwinds to `_stopped_cleanly_by_sigterm`."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated(signum)
+
+
+@contextlib.contextmanager
+def _stopped_cleanly_by_sigterm() -> Iterator[None]:
+    """A SIGTERM while the server starts (or once uvicorn hands the signal back) stops the writer and removes its
+    folder, then acts as the handler from before would have: the default ends the process by the signal."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN or previous is None:  # ignored by whoever started us, or not Python's to set
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, previous)
+        signal.raise_signal(signal.SIGTERM)
+    finally:
+        if signal.getsignal(signal.SIGTERM) is _raise_terminated:  # uvicorn's supervisor keeps its own
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _serve(settings: Settings) -> None:

@@ -62,8 +62,6 @@ class WriterProcess:
 
     def __init__(self, db: str, rules: Rules = DEFAULT_RULES) -> None:
         self._db, self._rules = db, rules
-        self._folder = tempfile.mkdtemp(prefix="buildreport-writer-", dir=_socket_base())  # mode 0700
-        self.address = os.path.join(self._folder, "writer.sock")
         self.authkey = secrets.token_bytes(32)
         self._process: BaseProcess | None = None
         self._control: Connection | None = None
@@ -71,12 +69,18 @@ class WriterProcess:
         self._started = threading.Event()
         # It starts the writer, and starts it again whenever it dies, until the owner stops it.
         self._keeper = threading.Thread(target=self._keep, name="buildreport-writer-keeper", daemon=True)
-        self._keeper.start()
+        self._folder = tempfile.mkdtemp(prefix="buildreport-writer-", dir=_socket_base())  # mode 0700
+        self.address = os.path.join(self._folder, "writer.sock")
         # An owner that ends without stopping it (an app never shut down) must not wait at exit for a writer
         # that waits for it: multiprocessing joins its children at exit, after this runs.
         atexit.register(self.stop)
-        if not self._started.wait(START_SECONDS):
-            log.warning("the writer is slow to start")
+        try:
+            self._keeper.start()
+            if not self._started.wait(START_SECONDS):
+                log.warning("the writer is slow to start")
+        except BaseException:  # a signal's exception while it starts: nothing is left behind
+            self.stop()
+            raise
 
     @property
     def pid(self) -> int | None:
@@ -123,7 +127,8 @@ class WriterProcess:
     def stop(self) -> None:
         atexit.unregister(self.stop)
         self._stopping.set()
-        self._keeper.join(2 * STOP_SECONDS + 1)  # it ends the writer, after the job under way
+        if self._keeper.ident is not None:  # started
+            self._keeper.join(2 * STOP_SECONDS + 1)  # it ends the writer, after the job under way
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
