@@ -227,11 +227,22 @@ def targets_10m(result: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(scaled_seconds("`migrate` 10M builds from SQLite", 600.0, dig(result, "migrate", "wall_s"),
                                    0.0, builds))
     rows.append(no_errors_row(result))
+    rows.append(plans_row(result))
     anon = dig(result, "http", "memory", "sampled", "peak_rss_anon_kib")
     value = anon / 1024 if anon else None
     rows.append(target("peak memory of a worker (RssAnon, sampled)", "≤ 250 MiB", value,
                        f"{value:,.1f} MiB" if value else "", value is not None and value <= 250))
     return rows
+
+
+def plans_row(result: dict[str, Any]) -> dict[str, Any]:
+    """Whether every EXPLAIN check of tests/test_query_plans.py held on the measured database (plans.py)."""
+    checked = result.get("plans") or {}
+    value = None if "error" in checked else checked.get("checked")
+    failed = checked.get("failed") or []
+    note = "; ".join(f"{f['check']}: {f['message']}" for f in failed[:3]) or checked.get("error", "")[-200:]
+    return target("every query that serves a request backed by an index, EXPLAIN at this size", "all checks hold",
+                  value, f"{checked.get('passed', 0):,} of {value or 0:,} hold", bool(value) and not failed, note)
 
 
 def all_targets_10m(results: Results) -> dict[str, dict[str, Any]]:

@@ -114,7 +114,7 @@ def overhead_margin_ms(http: dict[str, Any] | None, floor: dict[str, Any] | None
 
 
 # What each engine's figures are kept under: SQLite's at the top of report.json, PostgreSQL's in "postgresql".
-ENGINE_KEYS = ("http", "workers2", "processes2", "ingestion", "floor", "import")
+ENGINE_KEYS = ("http", "workers2", "processes2", "ingestion", "floor", "import", "plans")
 SQLITE_ONLY_KEYS = ("datasette", "executable")
 
 
@@ -492,6 +492,7 @@ def markdown(out: dict[str, Any], growth: list[str] | None = None) -> str:
               "schema), and `net` is wall minus that. The database of the import with logs is the one served "
               "below; the one without logs is deleted after measuring.", ""]
 
+    lines += _plans_lines(out)
     lines += _datasette_section(out)
 
     lines += ["## HTTP, one worker (`--workers 1 --rate-limit 0 --link-rate-limit 0 --no-access-log`)", ""]
@@ -607,6 +608,25 @@ def markdown(out: dict[str, Any], growth: list[str] | None = None) -> str:
         lines += ["Each `.lua` script sets the `Authorization` header, rotates the paths where there are several "
                   "and prints wrk's summary as JSON; they are written to bench/data/run/.", ""]
     return "\n".join(lines)
+
+
+def _plans_lines(out: dict[str, Any]) -> list[str]:
+    """The EXPLAIN checks of tests/test_query_plans.py, run on each engine's measured database (plans.py)."""
+    said = []
+    for engine, checked in (("SQLite", out.get("plans")), ("PostgreSQL", dig(out, "postgresql", "plans"))):
+        if not checked:
+            continue
+        if "error" in checked:
+            said.append(f"{engine}: not checked ({checked['error'].splitlines()[-1]})")
+            continue
+        failed = "; ".join(f"`{f['check']}`: {f['message']}" for f in checked["failed"])
+        said.append(f"{engine}: {checked['passed']} of {checked['checked']} hold" + (f" (failed: {failed})"
+                                                                                     if failed else ""))
+    if not said:
+        return []
+    return [f"Query plans on the measured database at {dig(out, 'settings', 'builds'):,} builds (the checks of "
+            "`tests/test_query_plans.py`, with PostgreSQL planning from the data's own statistics and table scans "
+            "not priced out; `bench/plans.py`): " + "; ".join(said) + ".", ""]
 
 
 def _http_table(out: dict[str, Any]) -> list[str]:

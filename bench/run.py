@@ -55,6 +55,7 @@ import growth_chart  # noqa: E402
 import ingest  # noqa: E402
 import load  # noqa: E402
 import page_cache  # noqa: E402
+import plans  # noqa: E402
 import postgres  # noqa: E402
 import report  # noqa: E402
 from server import AnonSampler, Server, get  # noqa: E402
@@ -987,6 +988,7 @@ class Bench:
             url = cluster.url(name)
             pg["migrate"] = self.pg_migrate(cluster, name, url)
             self.phase("postgresql_migrate", started)
+            self.plans("postgresql", url, pg)
             began = time.perf_counter()
             pg["import"] = {"without_logs": self.pg_import(cluster)}
             self.phase("postgresql_import", began)
@@ -1035,6 +1037,18 @@ class Bench:
                  " MiB")
         return result
 
+    def plans(self, engine: str, db: str, out: dict[str, Any]) -> None:
+        """The EXPLAIN checks of tests/test_query_plans.py on the database as measured (plans.py)."""
+        started = time.perf_counter()
+        out["plans"] = checked = plans.check(engine, db, RUN_DIR)
+        self.commands.append(f"{plans.ENV[engine]}=… {rel(plans.command(RUN_DIR / f'plans-{engine}.xml'))}")
+        if "error" in checked:
+            self.fail(f"the query plans of {engine} could not be checked: {checked['error']}")
+        else:
+            self.say(f"{engine}: {checked['passed']} of {checked['checked']} query plan checks hold at "
+                     f"{self.builds:,} builds")
+        self.phase(f"plans_{engine}", started)
+
     # --- all ----------------------------------------------------------------------------------
 
     def growth(self, out_dir: Path) -> list[str]:
@@ -1067,6 +1081,7 @@ class Bench:
             eps = self.endpoints()
             self.bare()
             if "sqlite" in ENGINES[self.engine]:
+                self.plans("sqlite", str(self.db), self.out)
                 sqlite = Engine("sqlite", str(self.db), self.out, lambda: ingest.sqlite_copy(self.db, RUN_DIR),
                                 page_cache.sqlite_files)
                 self.serve_one_worker(eps, sqlite)
