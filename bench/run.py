@@ -1040,13 +1040,15 @@ class Bench:
     def plans(self, engine: str, db: str, out: dict[str, Any]) -> None:
         """The EXPLAIN checks of tests/test_query_plans.py on the database as measured (plans.py)."""
         started = time.perf_counter()
-        out["plans"] = checked = plans.check(engine, db, RUN_DIR)
-        self.commands.append(f"{plans.ENV[engine]}=… {rel(plans.command(RUN_DIR / f'plans-{engine}.xml'))}")
-        if "error" in checked:
-            self.fail(f"the query plans of {engine} could not be checked: {checked['error']}")
-        else:
-            self.say(f"{engine}: {checked['passed']} of {checked['checked']} query plan checks hold at "
-                     f"{self.builds:,} builds")
+        out["plans"] = windows = plans.check_windows(engine, db, RUN_DIR)
+        self.commands.append(f"{plans.ENV[engine]}=… [{plans.DAYS_ENV}=30] "
+                             f"{rel(plans.command(RUN_DIR / f'plans-{engine}.xml'))}")
+        for window, checked in windows.items():
+            if "error" in checked:
+                self.fail(f"the query plans of {engine} ({window}) could not be checked: {checked['error']}")
+            else:
+                self.say(f"{engine}: {checked['passed']} of {checked['checked']} query plan checks hold at "
+                         f"{self.builds:,} builds, windows of {window}")
         self.phase(f"plans_{engine}", started)
 
     # --- all ----------------------------------------------------------------------------------

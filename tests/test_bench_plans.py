@@ -60,13 +60,22 @@ def test_a_missing_index_is_a_failed_check(tmp_path: Path) -> None:
     checked = plans.check("sqlite", str(db), tmp_path)
     assert checked["passed"] > 0
     assert [f["check"] for f in checked["failed"]] == ["test_source_ids_are_looked_up_one_by_one"], checked
-    row = growth.plans_row({"plans": checked})
-    assert row["status"] == "MISS" and row["note"].startswith("test_source_ids_are_looked_up_one_by_one: ")
+    row = growth.plans_row({"plans": {"all history": checked}})
+    assert row["status"] == "MISS" and row["note"] == "1 failed: all history: test_source_ids_are_looked_up_one_by_one"
 
 
 def test_a_database_that_cannot_be_opened_is_said_so(tmp_path: Path) -> None:
     checked = plans.check("sqlite", str(tmp_path / "missing.db"), tmp_path)
     assert checked["checked"] == len(checked["failed"]) > 0 and checked["passed"] == 0
-    row = growth.plans_row({"plans": checked})
+    row = growth.plans_row({"plans": {"all history": checked}})
     assert row["status"] == "MISS"
     assert growth.plans_row({})["status"] == "not measured"
+
+
+def test_the_checks_take_windows_of_the_last_days_on_a_measured_database(tmp_path: Path) -> None:
+    db = _database(tmp_path / "measured.db")
+    windows = plans.check_windows("sqlite", str(db), tmp_path)
+    assert list(windows) == ["all history", "30 days"]
+    assert all(c["failed"] == [] and c["checked"] > 100 for c in windows.values()), windows
+    row = growth.plans_row({"plans": windows})
+    assert row["status"] == "PASS" and row["value"] == sum(c["checked"] for c in windows.values())

@@ -1,9 +1,10 @@
 """Every query that serves a request is backed by an index: EXPLAIN QUERY PLAN shows no table scan.
 
 The checks run on small, empty databases here, and `make bench` runs them again on the database it measured, at
-any number of builds (bench/plans.py): PLANS_SQLITE or PLANS_POSTGRESQL then names that database, and only the
-checks of its engine run. There PostgreSQL plans with the data's own statistics and table scans are not priced
-out, so the plans are the ones requests get; a table read whole fails unless it holds few rows.
+any number of builds (bench/plans.py): BUILDREPORT_PLANS_SQLITE or BUILDREPORT_PLANS_POSTGRESQL then names that
+database, only the checks of its engine run, and BUILDREPORT_PLANS_DAYS may narrow the windows to the last days.
+There PostgreSQL plans with the data's own statistics and table scans are not priced out, so the plans are the
+ones requests get; a table read whole fails unless it holds few rows.
 """
 
 from __future__ import annotations
@@ -34,19 +35,27 @@ from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.queries import US_PER_DAY
 from buildreport.store.sqlite.schema import attach_auth, auth_path, open_database
+from buildreport.times import now_us
 
 PLANS_SQLITE = os.environ.get("BUILDREPORT_PLANS_SQLITE")
 PLANS_POSTGRESQL = os.environ.get("BUILDREPORT_PLANS_POSTGRESQL")
+# The windows' start: all of history, or, on a measured database given BUILDREPORT_PLANS_DAYS, that many days
+# before now (its data ends today): a planner with statistics reads a table whole for a window that holds most
+# of it, and by an index for one that does not.
+_DAYS = os.environ.get("BUILDREPORT_PLANS_DAYS")
+START = now_us() - int(_DAYS) * US_PER_DAY if _DAYS and (PLANS_SQLITE or PLANS_POSTGRESQL) else 1
 # The operator's tables (accounts, webhooks, trusted identities): few rows, which a plan may read whole.
 SMALL_TABLE_ROWS = 10_000
 
 FILTERS = {
-    "window": BuildFilter(create_from_us=1, create_to_us=None),
-    "closed window": BuildFilter(create_from_us=1, create_to_us=2),
-    "status": BuildFilter(create_from_us=1, statuses=(BuildStatus.built, BuildStatus.timeout)),
-    "one tag": BuildFilter(create_from_us=1, tags=(("project", "web"),)),
-    "two tags and status": BuildFilter(create_from_us=1, tags=(("a", "1"), ("b", "2")), statuses=(BuildStatus.built,)),
-    "derivation": BuildFilter(create_from_us=1, derivation_path="/nix/store/x.drv"),
+    "window": BuildFilter(create_from_us=START, create_to_us=None),
+    "closed window": BuildFilter(create_from_us=START, create_to_us=START + 1),
+    "status": BuildFilter(create_from_us=START, statuses=(BuildStatus.built, BuildStatus.timeout)),
+    "one tag": BuildFilter(create_from_us=START, tags=(("project", "web"),)),
+    "two tags and status": BuildFilter(
+        create_from_us=START, tags=(("a", "1"), ("b", "2")), statuses=(BuildStatus.built,)
+    ),
+    "derivation": BuildFilter(create_from_us=START, derivation_path="/nix/store/x.drv"),
 }
 
 # A window of whole days with a partial day at each edge.
@@ -74,7 +83,9 @@ QUERIES = {
         if len(f.tags) == 1
     },
     "summary from tag totals, closed window": queries.summary(
-        1, BuildFilter(create_from_us=1, create_to_us=10 * US_PER_DAY, tags=(("project", "web"),)), promoted=True
+        1,
+        BuildFilter(create_from_us=START, create_to_us=START + 10 * US_PER_DAY, tags=(("project", "web"),)),
+        promoted=True,
     ),
     "tag pair size, open": tag_totals.tag_pair_size(1, "project", "web", FILTERS["one tag"], 500),
     "tag pair size, closed": tag_totals.tag_pair_size(1, "project", "web", FILTERS["closed window"], 500),
@@ -87,8 +98,8 @@ QUERIES = {
     "prune, next builds (writes)": prune.batch_query(1, US_PER_DAY, None, 200),
     "prune, next builds whose logs go (writes)": prune.batch_query(1, US_PER_DAY, (5, 6), 200),
     "prune, what would go": prune.preview_query(1, US_PER_DAY),
-    "usage, open": queries.usage(1, UsageQuery(from_us=1)),
-    "usage, closed": queries.usage(1, UsageQuery(from_us=1, to_us=2)),
+    "usage, open": queries.usage(1, UsageQuery(from_us=START)),
+    "usage, closed": queries.usage(1, UsageQuery(from_us=START, to_us=START + 1)),
     "one build": queries.get_build(1, 5),
     "log": queries.get_log(1, 5),
     "token": queries.token_by_digest(b"x" * 32),
@@ -116,13 +127,13 @@ QUERIES = {
         for failed in (False, True)
     },
     **{
-        f"usage by {kind}, {name}": query(1, UsageQuery(from_us=1, to_us=to))
+        f"usage by {kind}, {name}": query(1, UsageQuery(from_us=START, to_us=to))
         for kind, query in (
             ("day", stats_queries.usage_by_day),
             ("system", stats_queries.usage_by_system),
             ("tag", stats_queries.usage_tags),
         )
-        for name, to in (("open", None), ("closed", 2))
+        for name, to in (("open", None), ("closed", START + 1))
     },
     **{f"export keys, {name}": stats_queries.export_keys(1, f, Cursor(5, 6), 2000) for name, f in FILTERS.items()},
     "export bodies by id": stats_queries.bodies_by_id([3, 1, 2]),
@@ -257,13 +268,13 @@ PG_QUERIES = {
         for failed in (False, True)
     },
     **{
-        f"usage by {kind}, {name}": query(1, UsageQuery(from_us=1, to_us=to))
+        f"usage by {kind}, {name}": query(1, UsageQuery(from_us=START, to_us=to))
         for kind, query in (
             ("day", stats_queries.usage_by_day),
             ("system", postgres_stats.usage_by_system),
             ("tag", postgres_stats.usage_tags),
         )
-        for name, to in (("open", None), ("closed", 2))
+        for name, to in (("open", None), ("closed", START + 1))
     },
     "export bodies, one query": postgres_stats.body_parts([3, 1, 2, 4])[0],
     **{f"badge, {name}": badges.newest_finished(1, series, POSTGRESQL) for name, series in BADGE_SERIES.items()},
@@ -346,7 +357,7 @@ def test_statistics_by_tag_read_only_the_tag_index_on_postgresql(pg_conn, name):
 def test_each_further_tag_pair_is_one_lookup_by_its_whole_key_on_postgresql(pg_conn, kind):
     """Planned without statistics (a table just filled), every pair after the first is still looked up by its
     whole key: a lookup by build id alone reads every entry of a common pair."""
-    three = BuildFilter(create_from_us=1, tags=(("GITHUB_RUN_ID", "1"), ("GITHUB_RUN_ATTEMPT", "1"), ("repo", "x")))
+    three = BuildFilter(create_from_us=START, tags=(("GITHUB_RUN_ID", "1"), ("GITHUB_RUN_ATTEMPT", "1"), ("repo", "x")))
     if kind == "summary":
         sql, params = queries.summary(1, three)
     else:

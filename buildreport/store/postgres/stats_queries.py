@@ -88,13 +88,19 @@ def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, qu
     if group_by.kind == "tag" and group_by.tag_key is not None:
         if set_fields(build_filter) <= TAG_ROW_FIELDS:
             return _tag_groups(account_id, build_filter, group_by.tag_key, queue_times)
-        # The tag's value from the tag index: builds without the tag are in no group.
+        # A matching build's tag row is looked up by its whole key, once for each of the tag's values (a
+        # handful); known by build alone, the tag's rows of every build were read. Builds without the tag are
+        # in no group.
+        values, values_params = _tag_values(account_id, group_by.tag_key)
         source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
-        source += " JOIN build_tags g ON g.account_id = b.account_id AND g.build_id = b.build_id AND g.key = ?"
+        source += (
+            " CROSS JOIN tag_values v JOIN build_tags g ON g.account_id = b.account_id AND g.key = ?"
+            " AND g.value = v.value AND g.create_us = b.create_us AND g.build_id = b.build_id"
+        )
         return (
-            f"SELECT g.value, b.status, {figures_by_status('b', queue_times, _string_agg)} FROM {source} WHERE {where}"
-            " GROUP BY g.value, b.status",
-            [group_by.tag_key, *params],
+            f"{values} SELECT v.value, b.status, {figures_by_status('b', queue_times, _string_agg)} FROM {source}"
+            f" WHERE {where} AND v.value IS NOT NULL GROUP BY v.value, b.status",
+            [*values_params, group_by.tag_key, *params],
         )
     source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     column = _GROUP_COLUMNS[group_by.kind]
