@@ -164,11 +164,26 @@ def body_parts(build_ids: Sequence[int]) -> list[Query]:
 
 
 def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
-    """`(path, newest)` of each given derivation path with matching builds (or matching failed builds)."""
-    source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
-    mark = _NEWEST_FAILED if failed else _NEWEST
-    sql = f"SELECT b.derivation_path, {mark} FROM {source} WHERE {where} AND b.derivation_path = ANY(?) GROUP BY 1"
-    return sql, [*params, list(paths)]
+    """`(path, newest)` of each derivation path given: its newest matching build (or newest failed one); null or
+    left out when it has none.
+
+    Without a tag filter, a step back from the end of the path's range of `builds_by_derivation` (aggregated over
+    each path's builds instead, a month's took a third of the dashboard's time at three million builds). With
+    one, the tag's rows lead and the matching builds of the paths are aggregated: walked back from its end, a path
+    whose builds mostly lack the tag was read whole."""
+    if build_filter.tags:
+        source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
+        mark = _NEWEST_FAILED if failed else _NEWEST
+        sql = f"SELECT b.derivation_path, {mark} FROM {source} WHERE {where} AND b.derivation_path = ANY(?) GROUP BY 1"
+        return sql, [*params, list(paths)]
+    conditions, condition_params = filter_sql.conditions(account_id, build_filter)
+    extra = f" AND b.status IN {in_list(FAILED)}" if failed else ""
+    newest = (
+        f"(SELECT {_MARK} FROM builds b WHERE b.account_id = ? AND b.derivation_path = p.value{conditions}{extra}"
+        " ORDER BY b.create_us DESC, b.build_id DESC LIMIT 1)"
+    )
+    return f"SELECT p.value, {newest} FROM unnest(?::text[]) AS p(value)", [account_id, *condition_params,
+                                                                            list(paths)]
 
 
 def usage_by_system(account_id: int, query: UsageQuery) -> Query:
