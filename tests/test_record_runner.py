@@ -264,7 +264,10 @@ def test_runner_records_a_daemon_that_dies_as_internal_error_and_links_the_rebui
     daemon = tmp_path / "dying-nix-daemon"
     daemon.write_text(DYING_DAEMON.format(marker=marker))
     daemon.chmod(0o755)
-    runner = Runner(tmp_path / "r", ["--nix-daemon", str(daemon)])
+    # The killed daemon never removes its build's folder: it goes in this test's own temporary folder.
+    builds = tmp_path / "t"
+    builds.mkdir()
+    runner = Runner(tmp_path / "r", ["--nix-daemon", str(daemon)], runner_env={"TMPDIR": str(builds)})
     runner.start()
     try:
         n = nonce()
