@@ -198,6 +198,16 @@ def test_a_large_import_leaves_planner_statistics_and_a_small_one_leaves_them_be
     assert described() == ANALYZE_AT_LEAST + 10
 
 
+def test_connections_run_their_queries_without_jit_compilation(pg_url):
+    from buildreport.store import open_database
+
+    conn = open_database(pg_url)
+    try:
+        assert conn.execute("SHOW jit").fetchall() == [("off",)]
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("url", ["postgresql://u:secret@127.0.0.1:99999/x", "postgresql://u:secret@[::1/x",
                                  "postgresql://u:secret@%zz/x"])
 @pytest.mark.parametrize("command", [["token", "list"], ["export", "--account", "a"], ["import"]])

@@ -74,7 +74,9 @@ def configure(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> N
 
 
 def connect_kwargs() -> dict[str, Any]:
-    return {"autocommit": True, "options": f"-c search_path={SEARCH_PATH.replace(' ', '')}"}
+    """Every connection's settings. JIT compilation is off: PostgreSQL starts it for queries its planner prices
+    high, and on the statistics a request asks for it costs more than it saves (bench/notes.md)."""
+    return {"autocommit": True, "options": f"-c search_path={SEARCH_PATH.replace(' ', '')} -c jit=off"}
 
 
 class PgCursor:
