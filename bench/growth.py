@@ -243,8 +243,9 @@ def plans_row(result: dict[str, Any]) -> dict[str, Any]:
     value = None if errors or not windows else sum(c["checked"] for c in windows.values())
     passed = sum(c.get("passed", 0) for c in windows.values())
     failed = [f"{window}: {f['check']}" for window, c in windows.items() for f in c.get("failed", ())]
-    note = "; ".join(errors) or (f"{len(failed)} failed: " + ", ".join(failed[:4]) + (", …" if len(failed) > 4
-                                                                                       else "") if failed else "")
+    note = "; ".join(errors)
+    if failed and not errors:
+        note = f"{len(failed)} failed: " + ", ".join(failed[:4]) + (", …" if len(failed) > 4 else "")
     return target("every query that serves a request backed by an index, EXPLAIN at this size", "all checks hold",
                   value, f"{passed:,} of {value or 0:,} hold", bool(value) and not failed, note)
 
