@@ -4,6 +4,7 @@ folder, 127.0.0.1, a free port, a non-root user), run with durable writes, and c
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from pgcluster import PgCluster, PostgresMissing, find_bin_dir
 
 __all__ = ["SETTINGS", "PgCluster", "PostgresMissing", "database_copy", "database_size", "find_bin_dir",
-           "fresh_database", "start", "version"]
+           "fresh_database", "scratch_or_itself", "start", "version"]
 
 # The tests' cluster gives up durability for speed; a benchmark must not. Commits are written to the WAL and
 # flushed by the WAL writer within moments rather than one by one (synchronous_commit off), as SQLite's
@@ -52,6 +53,25 @@ def database_copy(cluster: PgCluster, name: str) -> Iterator[str]:
         yield cluster.url(copy)
     finally:
         cluster.drop_database(copy)
+
+
+# Disk left free beside a scratch copy: room for the WAL (max_wal_size above) and the builds written into it.
+SPARE_BYTES = 10 * 2**30
+
+
+@contextmanager
+def scratch_or_itself(cluster: PgCluster, name: str, said: list[str]) -> Iterator[str]:
+    """A scratch copy of database `name` when the disk holds one with SPARE_BYTES to spare; otherwise `name`
+    itself, which the writes then grow (the ingestion phase is the last to use it), and a sentence in `said`."""
+    size = database_size(cluster, name)
+    free = shutil.disk_usage(cluster.data).free
+    if free - size >= SPARE_BYTES:
+        with database_copy(cluster, name) as url:
+            yield url
+        return
+    said.append(f"PostgreSQL's ingestion wrote into the measured database itself: a copy of its {size / 2**30:.1f}"
+                f" GiB would have left {max(free - size, 0) / 2**30:.1f} GiB of disk free")
+    yield cluster.url(name)
 
 
 @contextmanager
