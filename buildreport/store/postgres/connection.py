@@ -22,6 +22,8 @@ from psycopg.types.string import TextLoader
 # Key of the advisory lock every buildreport write transaction holds; the schema migration has its own.
 WRITE_LOCK = 0x62726570_00000001
 MIGRATION_LOCK = 0x62726570_00000002
+# The channel on which the schema's triggers announce a commit that changes what a token grants.
+TOKENS_CHANNEL = "buildreport_tokens"
 SEARCH_PATH = "public, auth"  # tokens live in schema `auth`, as the tokens file is attached as `auth` in SQLite
 
 

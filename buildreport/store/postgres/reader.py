@@ -2,7 +2,8 @@
 
 Range queries (lists, summaries, statistics, exports) go to the replicas in turn, or to the primary when
 there are none. Lookups by key that must see the latest commit (a token, so that a revocation through any
-server is refused at once; one build) and the record of a token's last use go to the primary. Reads beyond a
+server is refused at once; one build) and the record of a token's last use go to the primary. A token read
+is kept until the primary announces a change to tokens (listener.py). Reads beyond a
 pool's connections wait for one in its queue (queue.py).
 """
 
@@ -22,6 +23,7 @@ from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.postgres.connection import BinaryResults, configure, connect_kwargs, translate
+from buildreport.store.postgres.listener import TokenChanges
 from buildreport.store.queue import Turns
 from buildreport.store.reader import Reader
 
@@ -78,8 +80,9 @@ class PgReader(Reader):
     dialect = POSTGRESQL
     engine_stats = postgres_stats
 
-    def __init__(self, primary: _Database, replicas: Sequence[_Database]) -> None:
+    def __init__(self, primary: _Database, replicas: Sequence[_Database], token_changes: TokenChanges) -> None:
         self._primary = primary
+        self._token_changes = token_changes
         self._replicas = list(replicas)
         self._turn = itertools.cycle(self._replicas or [primary])
         self._pending: set[asyncio.Task[None]] = set()
@@ -99,11 +102,14 @@ class PgReader(Reader):
                 await pool.close()
             raise
         primary, *replicas = (_Database(pool, Turns(POOL_SIZE, queue_length, queue_wait)) for pool in pools)
-        return cls(primary, replicas)
+        token_changes = TokenChanges(url)
+        await token_changes.open()
+        return cls(primary, replicas, token_changes)
 
     async def close(self) -> None:
         if self._pending:
             await asyncio.wait(self._pending, timeout=5)
+        await self._token_changes.close()
         for database in (self._primary, *self._replicas):
             await database.pool.close()
 
@@ -114,7 +120,7 @@ class PgReader(Reader):
         return await _fetch(self._primary, query)
 
     def data_version(self) -> bytes | None:
-        return None  # other servers write too: tokens are read from the primary on every request
+        return self._token_changes.version()
 
     def file_problem(self) -> str | None:
         return None

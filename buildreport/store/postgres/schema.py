@@ -11,7 +11,7 @@ import psycopg
 
 from buildreport.store import day_figures, events_schema, trust
 from buildreport.store.dialect import POSTGRESQL
-from buildreport.store.postgres.connection import MIGRATION_LOCK, PgConnection
+from buildreport.store.postgres.connection import MIGRATION_LOCK, TOKENS_CHANNEL, PgConnection
 
 _TOTALS_TABLE = """
     CREATE TABLE {name} (
@@ -158,6 +158,25 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     # times as much. A build's figures change rarely (when it finishes), its tag rows with them.
     "ALTER TABLE build_tags DROP CONSTRAINT build_tags_pkey, ADD CONSTRAINT build_tags_pkey PRIMARY KEY"
     " (account_id, key, value, create_us, build_id) INCLUDE (status, cpu_seconds, duration_text, queue_text);",
+    # Every server keeps the tokens it has read until a commit changes what a token grants: a token, or the
+    # account a token names. Whoever commits it (a server, the command line, another machine), PostgreSQL
+    # tells each listening server on the channel TOKENS_CHANNEL (store/postgres/listener.py). A token's note
+    # of its last use grants nothing and stays silent.
+    f"""
+    CREATE OR REPLACE FUNCTION auth.tokens_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('{TOKENS_CHANNEL}', '');
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER tokens_changed AFTER INSERT OR DELETE
+        OR UPDATE OF token_id, account, digest, scopes, expires_us, revoked_us, claims
+        ON auth.tokens FOR EACH ROW EXECUTE FUNCTION auth.tokens_changed();
+    CREATE TRIGGER tokens_truncated AFTER TRUNCATE ON auth.tokens
+        FOR EACH STATEMENT EXECUTE FUNCTION auth.tokens_changed();
+    CREATE TRIGGER accounts_changed AFTER INSERT OR UPDATE OR DELETE ON accounts
+        FOR EACH ROW EXECUTE FUNCTION auth.tokens_changed();
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

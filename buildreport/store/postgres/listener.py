@@ -1,0 +1,108 @@
+"""How a server learns that a commit changed what a token grants, without asking the database on every request.
+
+The schema's triggers notify TOKENS_CHANNEL whenever a token or an account changes, whoever commits it
+(schema.py). A server keeps one connection that LISTENs there and reads what has arrived (libpq's
+PQconsumeInput and PQnotifies, without waiting) each time it asks for the version: PostgreSQL sends the
+notification to every listener as the commit happens, before the committer hears it is done, so a request
+sent after a revocation finds it already on this connection.
+
+Nothing is trusted without that connection: while it is down (a restart, a failover, a network fault) the
+version is None, tokens are read on every request, and a new connection is tried at most every few seconds.
+A connection that fails silently is found by TCP keepalives; until then, and whatever else could lose a
+notification, no version lasts longer than TRUST_SECONDS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import psycopg
+
+from buildreport.store.postgres.connection import TOKENS_CHANNEL, connect_kwargs
+
+log = logging.getLogger("buildreport.store")
+
+RETRY_SECONDS = 5.0
+TRUST_SECONDS = 30.0
+# A silent peer is given up after keepalives_idle + keepalives_count * keepalives_interval seconds.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+              "connect_timeout": 5}  # fmt: skip
+
+
+class TokenChanges:
+    """The version of what tokens grant, as this server has heard it: it differs after each notification
+    received and each new connection; None while no connection listens."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._broken: psycopg.AsyncConnection[Any] | None = None
+        self._connection_number = 0
+        self._heard = 0
+        self._next_try = 0.0
+        self._connecting: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        """Listen; a failure leaves the version None until a later try succeeds."""
+        self._next_try = time.monotonic() + RETRY_SECONDS
+        try:
+            conn = await psycopg.AsyncConnection.connect(self._url, **connect_kwargs(), **KEEPALIVES)
+        except psycopg.Error as exc:
+            log.warning("not listening for token changes (tokens are read on every request): %s", exc)
+            return
+        try:
+            await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
+        except psycopg.Error as exc:
+            log.warning("not listening for token changes (tokens are read on every request): %s", exc)
+            await conn.close()
+            return
+        self._connection_number += 1
+        self._heard = 0
+        self._conn = conn
+
+    async def close(self) -> None:
+        if self._connecting is not None:
+            self._connecting.cancel()
+            await asyncio.gather(self._connecting, return_exceptions=True)
+        for conn in (self._conn, self._broken):
+            if conn is not None:
+                await conn.close()
+        self._conn = self._broken = None
+
+    def version(self) -> bytes | None:
+        conn = self._conn
+        if conn is None or conn.closed:
+            self._try_again()
+            return None
+        pgconn = conn.pgconn
+        try:
+            pgconn.consume_input()
+        except psycopg.OperationalError as exc:
+            log.warning("stopped listening for token changes (tokens are read on every request): %s", exc)
+            self._drop()
+            return None
+        while pgconn.notifies() is not None:
+            self._heard += 1
+        period = int(time.monotonic() // TRUST_SECONDS)
+        return b"%d:%d:%d" % (self._connection_number, self._heard, period)
+
+    def _drop(self) -> None:
+        self._broken, self._conn = self._conn, None
+        self._try_again()
+
+    def _try_again(self) -> None:
+        if self._connecting is not None or time.monotonic() < self._next_try:
+            return
+        self._connecting = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        try:
+            if self._broken is not None:
+                broken, self._broken = self._broken, None
+                await broken.close()  # nothing to say goodbye on: this frees the socket
+            await self.open()
+        finally:
+            self._connecting = None
