@@ -55,9 +55,11 @@ class TokenChanges:
             return
         try:
             await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
-        except psycopg.Error as exc:
-            log.warning("not listening for token changes (tokens are read on every request): %s", exc)
+        except BaseException as exc:  # a server that stops while this connects closes it too
             await conn.close()
+            if not isinstance(exc, psycopg.Error):
+                raise
+            log.warning("not listening for token changes (tokens are read on every request): %s", exc)
             return
         self._connection_number += 1
         self._heard = 0
