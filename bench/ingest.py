@@ -143,9 +143,9 @@ def sqlite_copy(db: Path, run_dir: Path) -> Iterator[Path]:
 
 def measure(cli: list[str], db: Path | str, run_dir: Path, read_token: str, read_paths: list[str], seconds: int,
             wrk: str | None, workers: int = 1, processes: int = 1) -> dict[str, Any]:
-    """Figures of ingestion into `db` (a scratch copy: it is written to): builds/s and read latency, alone and
-    with 1 and 4 senders, served by `processes` servers of `workers` workers each. Sender n posts to server
-    n % processes; the reader reads from the first server."""
+    """Figures of ingestion into `db` (written to: a scratch copy where the disk holds one): builds/s and read
+    latency, alone and with 1 and 4 senders, served by `processes` servers of `workers` workers each. Sender n
+    posts to server n % processes; the reader reads from the first server."""
     made = subprocess.run([*cli, "token", "create", "--db", str(db), "--account", "acme", "--scope",
                            "build:write", "--expires-in", "1d", "--label", "make bench ingest"],
                           capture_output=True, text=True, timeout=120, check=True)
@@ -166,7 +166,10 @@ def measure(cli: list[str], db: Path | str, run_dir: Path, read_token: str, read
         for run, senders in enumerate(SENDERS):
             start = first_hour + timedelta(hours=run)
             outs: list[dict[str, Any]] = [{} for _ in range(senders)]
-            makers = [partial(batch_body, f"run{senders}", s, start=start) for s in range(senders)]
+            # Source ids name the setting too: where the disk holds no scratch copy, every setting writes into
+            # one database, and a build sent again under its source id replaces the one stored instead of adding.
+            run_name = f"w{workers}p{processes}-run{senders}"
+            makers = [partial(batch_body, run_name, s, start=start) for s in range(senders)]
             prepared = _prepared(makers, seconds)
             deadline = time.perf_counter() + seconds
             began = time.perf_counter()
