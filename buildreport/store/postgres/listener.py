@@ -40,29 +40,25 @@ class TokenChanges:
         self._url = url
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._broken: psycopg.AsyncConnection[Any] | None = None
-        self._connection_number = 0
-        self._heard = 0
+        self._changes = 0  # notifications heard and connections opened: each may follow a change missed
         self._next_try = 0.0
         self._connecting: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         """Listen; a failure leaves the version None until a later try succeeds."""
         self._next_try = time.monotonic() + RETRY_SECONDS
+        conn = None
         try:
             conn = await psycopg.AsyncConnection.connect(self._url, **connect_kwargs(), **KEEPALIVES)
-        except psycopg.Error as exc:
-            log.warning("not listening for token changes (tokens are read on every request): %s", exc)
-            return
-        try:
             await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
         except BaseException as exc:  # a server that stops while this connects closes it too
-            await conn.close()
+            if conn is not None:
+                await conn.close()
             if not isinstance(exc, psycopg.Error):
                 raise
             log.warning("not listening for token changes (tokens are read on every request): %s", exc)
             return
-        self._connection_number += 1
-        self._heard = 0
+        self._changes += 1
         self._conn = conn
 
     async def close(self) -> None:
@@ -87,9 +83,8 @@ class TokenChanges:
             self._drop()
             return None
         while pgconn.notifies() is not None:
-            self._heard += 1
-        period = int(time.monotonic() // TRUST_SECONDS)
-        return b"%d:%d:%d" % (self._connection_number, self._heard, period)
+            self._changes += 1
+        return b"%d:%d" % (self._changes, time.monotonic() // TRUST_SECONDS)
 
     def _drop(self) -> None:
         self._broken, self._conn = self._conn, None
