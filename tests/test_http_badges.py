@@ -127,7 +127,8 @@ def test_badge_text_is_escaped_and_long_names_are_cut():
 
 
 PATHS = ["/nix/store/abc-hello-2.12.drv", "/nix/store/abc-hello", "/nix/store/abc.drv", "/nix/store/abc-.drv",
-         "hello", "a/b-c/d-e-f.drv", "/", "", "-x", "/nix/store/h-é-ü.drv", "/x/y-z.drv.drv"]  # fmt: skip
+         "hello", "a/b-c/d-e-f.drv", "/", "", "-x", "/nix/store/h-é-ü.drv", "/x/y-z.drv.drv", "/nix/store/",
+         "/nix/store/a/b-c.drv", "/nix/store/.drv", "/nix/store/-", "/nix/storex/a-b"]  # fmt: skip
 
 
 def test_the_stored_derivation_name_is_the_one_statistics_group_by(env):
@@ -138,11 +139,12 @@ def test_the_stored_derivation_name_is_the_one_statistics_group_by(env):
         assert query(env.db, sql, (path,)) == [(derivation_name(path),)], path
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.text(alphabet="/-.drvabc_é", max_size=20))
-def test_sqlites_derivation_name_matches_python_for_any_path(tmp_path_factory, path):
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["", "/nix/store/", "/nix/store", "nix/store/"]), st.text(alphabet="/-.drvabc_é", max_size=20))
+def test_sqlites_derivation_name_matches_python_for_any_path(tmp_path_factory, prefix, rest):
     import sqlite3
 
+    path = prefix + rest
     conn = sqlite3.connect(":memory:")
     sql = f"SELECT {SQLITE.derivation_name} FROM (SELECT ? AS derivation_path)"
     assert conn.execute(sql, (path,)).fetchone()[0] == derivation_name(path)

@@ -301,3 +301,34 @@ def test_an_import_killed_half_way_into_a_new_database_leaves_it_whole_and_empty
     import_files(conn, [write_jsonl(tmp_path / "small.jsonl", [record(1)])], 0)
     conn.close()
     assert _count(db) == 1
+
+
+# The name index as an earlier schema made it: the same name, over a longer spelling of the expression.
+_EARLIER_BASE = "substr(derivation_path, length(rtrim(derivation_path, replace(derivation_path, '/', ''))) + 1)"
+_EARLIER_STEM = f"(CASE WHEN substr({_EARLIER_BASE}, -4) = '.drv' THEN substr({_EARLIER_BASE}, 1, length({_EARLIER_BASE}) - 4) ELSE {_EARLIER_BASE} END)"  # noqa: E501
+_EARLIER_NAME = (
+    f"(CASE WHEN instr({_EARLIER_STEM}, '-') BETWEEN 1 AND length({_EARLIER_STEM}) - 1"
+    f" THEN substr({_EARLIER_STEM}, instr({_EARLIER_STEM}, '-') + 1) ELSE {_EARLIER_STEM} END)"
+)
+
+
+def test_migration_makes_the_name_index_again_over_the_expression_badges_ask_for(tmp_path):
+    from buildreport.store.dialect import SQLITE
+
+    records = [record(1, derivation_path="/nix/store/aaa-hello-2.12.drv"), record(2, derivation_path="/x/bbb-hello")]
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
+    conn.execute("DROP INDEX builds_by_name")
+    conn.execute(f"CREATE INDEX builds_by_name ON builds (account_id, ({_EARLIER_NAME}), create_us, build_id,"
+                 " status, duration_us)")
+    conn.execute(f"PRAGMA user_version = {version_before('DROP INDEX IF EXISTS builds_by_name')}")
+    conn.commit()
+    conn.close()
+
+    conn = open_database(tmp_path / "t.db")
+    (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'builds_by_name'").fetchone()
+    assert SQLITE.derivation_name in sql and _EARLIER_NAME not in sql
+    names = conn.execute(f"SELECT {SQLITE.derivation_name} FROM builds INDEXED BY builds_by_name").fetchall()
+    assert sorted(names) == [("hello",), ("hello-2.12",)]
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()

@@ -19,14 +19,24 @@ class Dialect(msgspec.Struct, frozen=True):
 
 
 def _sqlite_derivation_name() -> str:
-    """Built-in functions only, so that the index over it needs nothing registered: the base name is what follows
-    the last `/` (rtrim strips every character but `/` from the end), less `.drv`, then what follows its first `-`."""
-    base = "substr(derivation_path, length(rtrim(derivation_path, replace(derivation_path, '/', ''))) + 1)"
-    stem = f"(CASE WHEN substr({base}, -4) = '.drv' THEN substr({base}, 1, length({base}) - 4) ELSE {base} END)"
-    return (
-        f"(CASE WHEN instr({stem}, '-') BETWEEN 1 AND length({stem}) - 1"
-        f" THEN substr({stem}, instr({stem}, '-') + 1) ELSE {stem} END)"
+    """Built-in functions only, so that the index over it needs nothing registered. Each write computes it for
+    the index, and SQLite repeats every copy of a subexpression, so each part appears as few times as it can:
+
+    - the base name is what follows the last `/`: past the default store folder's prefix when the rest holds no
+      `/` (almost every path), otherwise found by `rtrim`, which strips every character but `/` from the end and
+      costs a comparison per character of the path for each character of the base;
+    - less `.drv` at its end: the base holds no `/`, so one added `/` marks where it ends;
+    - then what follows its first `-`, unless that is nothing."""
+    path = "derivation_path"
+    store = "/nix/store/"
+    rest = f"substr({path}, {len(store) + 1})"
+    anywhere = f"substr({path}, length(rtrim({path}, replace({path}, '/', ''))) + 1)"
+    base = (
+        f"(CASE WHEN substr({path}, 1, {len(store)}) = '{store}' AND instr({rest}, '/') = 0"
+        f" THEN {rest} ELSE {anywhere} END)"
     )
+    stem = f"rtrim(replace({base} || '/', '.drv/', ''), '/')"
+    return f"coalesce(nullif(substr({stem}, instr({stem}, '-') + 1), ''), {stem})"
 
 
 SQLITE = Dialect(
