@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from buildreport.models import Build, BuildRecord, ImportRecord
+from buildreport.store.filter_sql import each_key
 from buildreport.store.links import LinkEnds, body_hash
 from buildreport.times import to_us
 
@@ -188,14 +189,13 @@ UPSERT_TAGS = (
 
 
 def builds_by_source(account_id: int, sources: Sequence[str]) -> tuple[str, list[object]]:
-    """The build ids of an account's source ids, one lookup each in the partial unique index on them.
-
-    `source_id IN (...)` implies that it is not null, which lets the index serve it; an explicit `IS NOT NULL`
-    makes SQLite read every source id of the account instead."""
-    marks = ",".join("?" * len(sources))
-    return f"SELECT source_id, build_id FROM builds WHERE account_id = ? AND source_id IN ({marks})", [
-        account_id, *sources
-    ]
+    """The build ids of an account's source ids, each one lookup in the partial unique index on them; a source id
+    without a build comes back with a null id."""
+    return (
+        f"{each_key(('source_id',), len(sources))} SELECT source_id, (SELECT build_id FROM builds"
+        " WHERE account_id = ? AND builds.source_id = wanted.source_id) FROM wanted",
+        [*sources, account_id],
+    )
 
 
 def to_build(record: AnyRecord, build_id: int, restart_of: int | None) -> Build:

@@ -35,6 +35,7 @@ from buildreport.store.build_rows import (
     pack_log,
     to_build,
 )
+from buildreport.store.filter_sql import KEYS_CHUNK
 from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW, Conflict, link_peers, set_link
 from buildreport.store.tag_totals import TagTouches
 from buildreport.store.totals import (
@@ -255,8 +256,10 @@ class BuildWriter:
                     wanted.setdefault(item.account_id, set()).add(source)
         found: dict[tuple[int, str], int] = {}
         for account_id, sources in wanted.items():
-            rows = self._conn.execute(*builds_by_source(account_id, sorted(sources))).fetchall()
-            found.update(((account_id, source), build_id) for source, build_id in rows)
+            ordered = sorted(sources)
+            for start in range(0, len(ordered), KEYS_CHUNK):
+                rows = self._conn.execute(*builds_by_source(account_id, ordered[start : start + KEYS_CHUNK]))
+                found.update(((account_id, source), build_id) for source, build_id in rows if build_id is not None)
         return found
 
     def _new_id(self) -> int | None:

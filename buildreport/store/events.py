@@ -18,10 +18,9 @@ from buildreport.events.derive import Rules, SeriesState, derive, series_of
 from buildreport.events.models import EventType, Series, StoredEvent
 from buildreport.models import BuildStatus
 from buildreport.store.build_rows import Change
+from buildreport.store.filter_sql import KEYS_CHUNK, each_key
 from buildreport.times import from_us
 
-# Derivation names one read of series states names at most.
-SERIES_CHUNK = 500
 _STATE = msgspec.json.Decoder(SeriesState)
 _TAGS = msgspec.json.Decoder(dict[str, str])
 _ENCODER = msgspec.json.Encoder()
@@ -38,12 +37,14 @@ INSERT_DELIVERY = (
 )
 
 
-def series_states(account_id: int, derivations: Sequence[str]) -> tuple[str, list[object]]:
-    """The stored states of an account's series of these derivation names (every system), by primary key."""
-    marks = ",".join("?" * len(derivations))
+def series_states(account_id: int, series: Sequence[Series]) -> tuple[str, list[object]]:
+    """The stored states of an account's series, each one lookup by its primary key; a series not stored yet
+    comes back with a null state."""
     return (
-        f"SELECT derivation, system, state FROM event_series WHERE account_id = ? AND derivation IN ({marks})",
-        [account_id, *derivations],
+        f"{each_key(('derivation', 'system'), len(series))} SELECT derivation, system, (SELECT state FROM event_series"
+        " WHERE account_id = ? AND event_series.derivation = wanted.derivation AND event_series.system = wanted.system)"
+        " FROM wanted",
+        [*(value for one in series for value in (one.derivation, one.system)), account_id],
     )
 
 
@@ -59,11 +60,12 @@ def event_ids(now_us: int) -> Iterator[str]:
 
 
 def _load_states(conn: Any, account_id: int, series: set[Series]) -> dict[Series, SeriesState]:
-    names = sorted({s.derivation for s in series})
+    wanted = sorted(series, key=lambda one: (one.derivation, one.system))
     states: dict[Series, SeriesState] = {}
-    for start in range(0, len(names), SERIES_CHUNK):
-        for derivation, system, state in conn.execute(*series_states(account_id, names[start : start + SERIES_CHUNK])):
-            states[Series(derivation, system)] = _STATE.decode(state)
+    for start in range(0, len(wanted), KEYS_CHUNK):
+        for derivation, system, state in conn.execute(*series_states(account_id, wanted[start : start + KEYS_CHUNK])):
+            if state is not None:
+                states[Series(derivation, system)] = _STATE.decode(state)
     return states
 
 

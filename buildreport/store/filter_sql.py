@@ -19,6 +19,19 @@ def in_list(statuses: frozenset[BuildStatus]) -> str:
     return "(" + ",".join(f"'{s.value}'" for s in sorted(statuses, key=lambda s: s.value)) + ")"
 
 
+# Keys one statement of `each_key` looks up at most: well inside either engine's bound on parameters.
+KEYS_CHUNK = 500
+
+
+def each_key(columns: tuple[str, ...], count: int) -> str:
+    """`WITH wanted(columns) AS (VALUES (?, ...), ...)`: `count` keys as rows, each to be looked up by a correlated
+    subquery of its own. A key found by equality is one probe of an index on both engines, whatever the planner
+    thinks of the table; an `IN` list on an index's second column may instead be planned as a filter over the
+    whole range of its first (PostgreSQL does when its statistics predate the rows)."""
+    row = "(" + ", ".join("?" * len(columns)) + ")"
+    return f"WITH wanted({', '.join(columns)}) AS (VALUES {', '.join([row] * count)})"
+
+
 class Rows(NamedTuple):
     """What the terms of a query are written against: the account, the build's alias, the column of creation
     time the window applies to, and whether the read is driven by the tag index's rows of the first tag pair
