@@ -11,7 +11,6 @@ PostgreSQL, is skipped.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -25,24 +24,6 @@ MIGRATION_LOCK = 0x62726570_00000002
 # The channel on which the schema's triggers announce a commit that changes what a token grants.
 TOKENS_CHANNEL = "buildreport_tokens"
 SEARCH_PATH = "public, auth"  # tokens live in schema `auth`, as the tokens file is attached as `auth` in SQLite
-
-
-# An INSERT of one row of `?`, whose rows may go in one statement. An upsert (ON CONFLICT (key) DO UPDATE) may
-# not touch a row twice in one statement: its rows go together only when their keys differ.
-_MULTI_ROW = re.compile(
-    r"(?P<head>INSERT INTO \w+\s*\((?P<columns>[\w,\s]+)\))\s*VALUES\s*(?P<marks>\(\?(?:,\s*\?)*\))"
-    r"(?P<tail>(\s+ON CONFLICT DO NOTHING|\s+ON CONFLICT \((?P<key>[\w,\s]+)\) DO UPDATE SET\s.*)?)",
-    re.S,
-)
-MULTI_ROW_CHUNK = 1000
-
-
-def _keys_differ(insert: re.Match[str], rows: list[tuple]) -> bool:
-    if insert.group("key") is None:
-        return True
-    columns = [name.strip() for name in insert.group("columns").split(",")]
-    positions = [columns.index(name.strip()) for name in insert.group("key").split(",")]
-    return len({tuple(row[i] for i in positions) for row in rows}) == len(rows)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -148,18 +129,9 @@ class PgConnection:
             self._conn.execute(statement)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> PgCursor:
-        rows = [tuple(row) for row in rows]
+        """psycopg sends every row's statement at once (libpq's pipeline mode) and the server answers them all."""
         cursor = self._conn.cursor()
-        insert = _MULTI_ROW.fullmatch(sql.strip())
-        if insert is not None and len(rows) > 1 and _keys_differ(insert, rows):
-            # One statement a chunk of rows instead of one a row: the same rows written, a tenth of the time.
-            head, marks, tail = insert.group("head"), insert.group("marks"), insert.group("tail")
-            for start in range(0, len(rows), MULTI_ROW_CHUNK):
-                chunk = rows[start : start + MULTI_ROW_CHUNK]
-                values = ", ".join([marks] * len(chunk))
-                cursor.execute(translate(f"{head} VALUES {values}{tail}"), [v for row in chunk for v in row])
-            return PgCursor(cursor)
-        cursor.executemany(translate(sql), rows)
+        cursor.executemany(translate(sql), [tuple(row) for row in rows])
         return PgCursor(cursor)
 
     def commit(self) -> None:
