@@ -484,7 +484,7 @@ def test_groups_of_stored_days_and_single_builds_hold_every_value_and_leave_the_
         for key, group in groups.items():
             expected = sorted(v for k, _, values in parts if k == key for v in values)
             assert group.p95_duration() == (nearest_rank(expected, 95) if expected else None)
-            assert percentiles(group.queues) == percentiles(list(expected))
+            assert group.queues.percentiles() == percentiles(list(expected))
     assert [(key, list(figures[3]), list(figures[4])) for key, figures in rows] == before
 
 

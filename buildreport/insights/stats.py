@@ -6,8 +6,7 @@ computed one way, in one place, and can be checked against a plain computation i
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -21,14 +20,15 @@ from buildreport.times import US_PER_DAY, format_us, from_us
 
 US_PER_HOUR = US_PER_DAY // 24
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
-# A group's durations or queue times: stored days come as arrays of doubles, builds read one by one as lists.
-Values = array | list[float]
+# A part of a group's durations or queue times: a stored day's doubles, ascending (a view of the row's value,
+# never copied), or the values of builds read one by one, in no order (a list of floats).
+Values = Sequence[float]
 _TAGS = msgspec.json.Decoder(dict[str, str])
 
 
 def ascending(values: Values) -> list[float]:
-    """The values sorted, as a list: a list is sorted in place (a copy of a year's values costs), an array of
-    doubles is copied into one only now, when its group's percentiles are asked for."""
+    """The values sorted, as a list: a list is sorted in place (a copy of a year's values costs), any other
+    sequence is copied into one only now, when its group's percentiles are asked for."""
     if isinstance(values, list):
         values.sort()
         return values
@@ -36,52 +36,54 @@ def ascending(values: Values) -> list[float]:
 
 
 def percentiles(values: Values, runs: list[int] | None = None) -> Percentiles | None:
-    """The percentiles of a group's values (see `ascending`); `runs`, when given, the ends of the ascending runs
-    the values are made of (stored days' arrays, see `_Group`), which spares sorting them."""
-    if runs is not None and isinstance(values, array) and values:
-        return _percentiles_of_runs(values, runs)
+    """The percentiles of values (see `ascending`); `runs`, when given, the ends of the ascending runs the values
+    are made of, which spares sorting them."""
+    if runs is not None and values:
+        starts = [0, *runs[:-1]]
+        return _percentiles_of_runs([values[start:end] for start, end in zip(starts, runs, strict=True)])
     ordered = ascending(values)
     if not ordered:
         return None
     return Percentiles(*(nearest_rank(ordered, percent) for percent in PERCENTS), ordered[-1])
 
 
-def _percentiles_of_runs(values: array, runs: list[int]) -> Percentiles:
-    """Percentiles of doubles made of ascending runs (each status of each stored day), without sorting them all:
-    the longest run stays where it is (in a day most builds are of one status), the others are merged into one
-    list, and each rank is found between the two by a binary search. Turning a year's doubles into floats to sort
-    them cost half of a statistics answer by day."""
-    starts = [0, *runs[:-1]]
-    lengths = [end - start for start, end in zip(starts, runs, strict=True)]
-    longest = lengths.index(max(lengths))
-    low, high = starts[longest], runs[longest]
+def _percentiles_of_runs(runs: list[Values]) -> Percentiles | None:
+    """Percentiles of ascending runs (each status of each stored day), without sorting them all: the longest run
+    stays where it is (in a day most builds are of one status), the others are merged into one list, and each
+    rank is found between the two by a binary search. Turning a year's doubles into floats to sort them cost
+    half of a statistics answer by day."""
+    lengths = [len(run) for run in runs]
+    if not any(lengths):
+        return None
+    longest = runs[lengths.index(max(lengths))]
     rest: list[float] = []
-    for i, end in enumerate(runs):
-        if i != longest and lengths[i]:
-            rest.extend(values[starts[i] : end])
+    for run in runs:
+        if run is not longest:
+            rest.extend(run)
     rest.sort()  # ascending runs: the sort merges them
-    count = len(values)
-    picks = [_kth(values, low, high - low, rest, rank(percent, count)) for percent in PERCENTS]
-    top = max(values[high - 1], rest[-1]) if rest else values[high - 1]
+    count = len(longest) + len(rest)
+    picks = [_kth(longest, rest, rank(percent, count)) for percent in PERCENTS]
+    top = max(longest[-1], rest[-1]) if rest else longest[-1]
     return Percentiles(*picks, top)
 
 
-def _kth(run: array, start: int, length: int, rest: list[float], k: int) -> float:
-    """The k-th smallest (from 1) of `run[start:start + length]` and `rest` together, both ascending: the number
-    `i` taken from `rest` is the least whose next value is not below the run's k-i-th."""
+def _kth(run: Values, rest: list[float], k: int) -> float:
+    """The k-th smallest (from 1) of `run` and `rest` together, both ascending: the number `i` taken from `rest`
+    is the least whose next value is not below the run's k-i-th."""
+    length = len(run)
     lo, hi = max(0, k - length), min(k, len(rest))
     while lo < hi:
         i = (lo + hi) // 2
-        if rest[i] < run[start + k - i - 1]:
+        if rest[i] < run[k - i - 1]:
             lo = i + 1
         else:
             hi = i
     taken = k - lo
     if lo == 0:
-        return run[start + taken - 1]
+        return run[taken - 1]
     if taken == 0:
         return rest[lo - 1]
-    return max(rest[lo - 1], run[start + taken - 1])
+    return max(rest[lo - 1], run[taken - 1])
 
 
 def period_key(kind: str, start_us: int) -> str:
@@ -113,22 +115,52 @@ def newest_build(marks: Iterable[tuple[str, str | None]]) -> Newest | None:
     return Newest(int(create_us), int(build_id), status, path)
 
 
-class _Group:
-    """One group's sums, filled from its rows. Its durations and queue times each keep, while they are made only
-    of stored days' arrays (each ascending), where each of those ends (`duration_runs`, `queue_runs`; None
-    otherwise), so that their percentiles need no sort (`percentiles`)."""
+class _Parts:
+    """A group's durations (or queue times) as the parts its rows gave, kept apart rather than joined: a stored
+    day's part is a view of its row's value, so a year of them costs no copy (joined, they took more memory than
+    the rows themselves). Rows are grouped more than once (the dashboard), so no part is ever changed."""
 
-    __slots__ = ("billable_cpu", "build_count", "counts", "cpu", "duration_runs", "durations", "queue_runs", "queues")
+    __slots__ = ("ordered", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[Values] = []
+        self.ordered = True  # every part is a stored day's, each ascending
+
+    def add(self, part: Values) -> None:
+        if part:
+            self.parts.append(part)
+            self.ordered = self.ordered and not isinstance(part, list)
+
+    def values(self) -> list[float]:
+        """Every value, as one list of its own."""
+        return [value for part in self.parts for value in part]
+
+    def in_order(self) -> list[float]:
+        """Every value ascending; the group keeps them so, as one part, for what it is asked next."""
+        if len(self.parts) != 1 or not isinstance(self.parts[0], list) or not self.ordered:
+            merged = self.values()
+            merged.sort()
+            self.parts, self.ordered = [merged], True
+        return self.parts[0]  # type: ignore[return-value]
+
+    def percentiles(self) -> Percentiles | None:
+        if self.ordered:
+            return _percentiles_of_runs(self.parts)
+        return percentiles(self.in_order())
+
+
+class _Group:
+    """One group's sums, filled from its rows."""
+
+    __slots__ = ("billable_cpu", "build_count", "counts", "cpu", "durations", "queues")
 
     def __init__(self) -> None:
         self.counts = [0, 0, 0, 0]  # successful, failed, discarded, running
         self.build_count = 0
         self.cpu = 0
         self.billable_cpu = 0
-        self.durations: Values = []
-        self.queues: Values = []
-        self.duration_runs: list[int] | None = []
-        self.queue_runs: list[int] | None = []
+        self.durations = _Parts()
+        self.queues = _Parts()
 
     def add(self, figures: _Figures) -> None:
         counts, cpu, billable_cpu, durations, queues = figures
@@ -140,13 +172,13 @@ class _Group:
         self.build_count += counts[0] + counts[1] + counts[2] + counts[3]
         self.cpu += cpu
         self.billable_cpu += billable_cpu
-        self.durations, self.duration_runs = _joined(self.durations, self.duration_runs, durations)
-        self.queues, self.queue_runs = _joined(self.queues, self.queue_runs, queues)
+        self.durations.add(durations)
+        self.queues.add(queues)
 
     def p95_duration(self) -> float | None:
-        """The nearest-rank p95 of the durations, for ranking groups; sorts them in place (result reuses that)."""
-        self.durations, self.duration_runs = ascending(self.durations), None
-        return nearest_rank(self.durations, 95) if self.durations else None
+        """The nearest-rank p95 of the durations, for ranking groups (`result` reuses their order)."""
+        ordered = self.durations.in_order()
+        return nearest_rank(ordered, 95) if ordered else None
 
     def result(self, key: str, with_percentiles: bool = True) -> BuildStatsGroup:
         ok, failed, discarded, running = self.counts
@@ -160,26 +192,9 @@ class _Group:
             success_rate=ok / (ok + failed) if ok + failed else None,
             total_cpu_seconds=self.cpu,
             billable_cpu_seconds=self.billable_cpu,
-            duration_seconds=percentiles(self.durations, self.duration_runs) if with_percentiles else None,
-            queue_time_seconds=percentiles(self.queues, self.queue_runs) if with_percentiles else None,
+            duration_seconds=self.durations.percentiles() if with_percentiles else None,
+            queue_time_seconds=self.queues.percentiles() if with_percentiles else None,
         )
-
-
-def _joined(values: Values, runs: list[int] | None, more: Values) -> tuple[Values, list[int] | None]:
-    """`values` with `more` after them, and the ends of their ascending runs while all are stored days' arrays
-    (None once any is not). A group keeps the kind of its first values: arrays of doubles from stored days
-    (8 bytes a value where a float takes 32), lists of floats from builds read one by one (turning those into
-    doubles and back took a tenth of a statistics answer by tag). `more` is copied, not taken: decoded rows are
-    grouped more than once."""
-    if not more:
-        return values, runs
-    if not values:
-        return more[:], [len(more)] if isinstance(more, array) else None
-    values.extend(more)
-    if runs is not None and isinstance(more, array) and isinstance(values, array):
-        runs.append(len(values))
-        return values, runs
-    return values, None
 
 
 # (successful, failed, discarded, running), CPU seconds, billable CPU seconds, durations, queue times
@@ -194,7 +209,7 @@ def _figures(status: str | None, text: str | bytes | None) -> _Figures:
     if text is None:
         return _NO_BUILDS, 0, 0, [], []
     if isinstance(text, bytes | memoryview):
-        builds, cpu, durations, queues = day_figures.unpack(bytes(text))
+        builds, cpu, durations, queues = day_figures.unpack(text)
     elif status is None:
         builds, ok, discarded, running, cpu, unbilled_cpu, durations, queues = _BY_KIND.decode(text)
         return (ok, builds - ok - discarded - running, discarded, running), cpu, cpu - unbilled_cpu, durations, queues
