@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildreport import humanize
+from buildreport.http import humanize
 from buildreport.insights import charts
 from buildreport.insights.charts import MAX_INTERVALS, Scale, Series, label_room, text_width, tick_label, ticks
 

@@ -16,7 +16,8 @@ from conftest import TEST_KEY, auth, record
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildreport import humanize, logtext
+from buildreport import logtext
+from buildreport.http import humanize
 from buildreport.http import pages as web
 from buildreport.signing import LinkClaims, LinkSigner
 from buildreport.store import open_auth

@@ -15,7 +15,8 @@ import msgspec
 from litestar import Request, Response, Router, get
 from litestar.params import PathParameter, QueryParameter
 
-from buildreport import filters, humanize
+from buildreport import filters
+from buildreport.http import humanize
 from buildreport.http.answers import ask_of
 from buildreport.http.pages import status_view
 from buildreport.http.parameters import TagsParam, integer

@@ -19,10 +19,11 @@ import msgspec
 from litestar import Request, Response, Router, get
 from litestar.params import PathParameter, QueryParameter
 
-from buildreport import filters, humanize
+from buildreport import filters
 from buildreport.errors import Problem
 from buildreport.events.models import EventType, StoredEvent
 from buildreport.filters import DASHBOARD_WINDOWS, BuildFilter, DashboardQuery, GroupBy, ListQuery, StatsQuery
+from buildreport.http import humanize
 from buildreport.http.answers import query_pairs
 from buildreport.http.auth import link_token_ended, principal
 from buildreport.http.pages import PAGE_HEADERS, prefix_of, render, status_view

@@ -33,9 +33,10 @@ from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 from markupsafe import Markup
 
-from buildreport import ansi, humanize
+from buildreport import ansi
 from buildreport.errors import Problem, shown
 from buildreport.filters import CANONICAL_INT
+from buildreport.http import humanize
 from buildreport.http.auth import link_token_ended
 from buildreport.http.linklimits import LinkLimits, TooMany, client_key
 from buildreport.logtext import (

@@ -2,7 +2,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from buildreport import humanize
+from buildreport.http import humanize
 
 
 @pytest.mark.parametrize(
