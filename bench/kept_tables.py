@@ -24,6 +24,7 @@ from buildreport.filters import BuildFilter, GroupBy, StatsQuery, UsageQuery
 from buildreport.insights import stats
 from buildreport.models import BuildStatus
 from buildreport.store import open_database, queries, stats_queries, tag_totals
+from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.kept import US_PER_DAY, KeptTable
 from buildreport.store.reader import merge_summary_rows
 
@@ -140,7 +141,8 @@ def main(db: str, runs: int) -> None:
                 tag_totals_off(summary(days, web)))
     for days in (365, 30):
         name = f"/builds/stats group_by=day, {days} days"
-        measure("day_figures", name, by_day(days), period_tables((), by_day(days)))
+        measure("day_summaries", name, by_day(days), period_tables((DAY_FIGURES,), by_day(days)))
+        measure("day_summaries + day_figures", name, by_day(days), period_tables((), by_day(days)))
     built = (BuildStatus.built,)
     measure("day_figures", "/builds/stats group_by=day, 30 days, status built", by_day(30, built),
             period_tables((), by_day(30, built)))

@@ -72,12 +72,17 @@ WRITTEN_AGAIN = [
 
 
 def test_kept_figures_follow_builds_written_again_moved_and_finished(tmp_path):
+    from test_day_summaries import kept_summaries, plain_summaries  # which imports this module
+
     conn = open_database(tmp_path / "t.db")
     import_files(conn, [write_jsonl(tmp_path / "a.jsonl", WRITTEN_FIRST)], 0)
     assert kept_days(conn) == plain_days(conn)
+    assert kept_summaries(conn) == plain_summaries(conn)
     import_files(conn, [write_jsonl(tmp_path / "b.jsonl", WRITTEN_AGAIN)], 0)
     kept = kept_days(conn)
     assert kept == plain_days(conn)
+    # Each day's summary over every status is derived again with them (test_day_summaries.py).
+    assert kept_summaries(conn) == plain_summaries(conn) and len(kept_summaries(conn)) == 4
     assert {(day, status) for _, day, status in kept} == {
         (DAY0.timestamp() * 1_000_000 + d * US_PER_DAY, s)
         for d, s in ((0, "built"), (1, "built"), (2, "built"), (3, "build_failed"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from buildreport.insights.figures import KIND_INDEX, KINDS, rank
+from buildreport.figures import KIND_INDEX, KINDS, rank
 from buildreport.models import BuildStatus
 
 

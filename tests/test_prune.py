@@ -10,6 +10,7 @@ from conftest import write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_day_figures import kept_days, plain_days
+from test_day_summaries import kept_summaries, plain_summaries
 from test_tag_totals import check_kept, patched, tags_strategy
 from test_totals import (
     ACCOUNT_OF,
@@ -67,6 +68,7 @@ def check_figures(conn, promote_at: int) -> None:
     assert daily == totals_from_builds(conn, US_PER_DAY)
     assert usage == daily_from_builds(conn)
     assert kept_days(conn) == plain_days(conn)
+    assert kept_summaries(conn) == plain_summaries(conn)
     check_kept(conn, promote_at)
 
 

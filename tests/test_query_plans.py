@@ -21,6 +21,7 @@ from buildreport.models import BuildStatus
 from buildreport.store import (
     badges,
     day_figures,
+    day_summaries,
     event_reads,
     hooks,
     prune,
@@ -96,6 +97,8 @@ QUERIES = {
     "tag totals of one pair (writes)": (tag_totals._PAIR_ALL, [1, "project", "web"]),
     "builds of one day (writes)": (day_figures._DAY_BUILDS, [1, 0, US_PER_DAY]),
     "kept figures of one day (writes)": (day_figures._DELETE, [1, 0]),
+    "kept figures of one day, every status (writes)": (day_summaries._DAY_FIGURES, [1, 0]),
+    "summary of one day (writes)": (day_summaries._DELETE, [1, 0]),
     "prune, next builds (writes)": prune.batch_query(1, US_PER_DAY, None, 200),
     "prune, next builds whose logs go (writes)": prune.batch_query(1, US_PER_DAY, (5, 6), 200),
     "prune, what would go": prune.preview_query(1, US_PER_DAY),

@@ -16,8 +16,8 @@ from conftest import ENGINES, NOW, Env, auth, new_database, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from buildreport.figures import nearest_rank
 from buildreport.filters import BuildFilter, GroupBy, StatsQuery
-from buildreport.insights.figures import nearest_rank
 from buildreport.insights.stats import build_stats, derivation_name, percentiles, value_groups
 from buildreport.models import BuildStatus
 from buildreport.store import open_database, open_reader, stats_queries
@@ -235,8 +235,9 @@ def test_stats_over_whole_days_equal_a_plain_computation(api, first_day, days, s
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_whole_days_are_answered_from_kept_figures_and_partial_days_from_builds(request, tmp_path, engine):
-    """Both engines read a grouping by day's whole days from day_figures: with one day's kept figures taken away,
-    that day reads empty, while the partial days at the window's edges, read from the builds, do not."""
+    """Both engines read a grouping by day's whole days from kept figures (day_summaries, or with a status filter
+    day_figures): with one day's kept figures taken away, that day reads empty, while the partial days at the
+    window's edges, read from the builds, do not."""
     env = Env(tmp_path, new_database(request, engine, tmp_path))
     env.load(RECORDS)
     low = FIRST_DAY + 6 * 3_600 * US
@@ -247,10 +248,21 @@ def test_whole_days_are_answered_from_kept_figures_and_partial_days_from_builds(
     conn = open_database(env.db)
     try:
         with conn:
-            conn.execute("DELETE FROM day_figures WHERE day_us = ?", (FIRST_DAY + DAY_US,))
+            conn.execute("DELETE FROM day_summaries WHERE day_us = ?", (FIRST_DAY + DAY_US,))
     finally:
         conn.close()
     groups = _stats(env, **params)
+    assert [g["build_count"] for g in groups] == [whole[0]["build_count"], 0, whole[2]["build_count"],
+                                                  whole[3]["build_count"]]
+    statuses = {"status": ",".join(s.value for s in BuildStatus)}  # every status, named: day_figures answer
+    assert _stats(env, **params, **statuses) == whole
+    conn = open_database(env.db)
+    try:
+        with conn:
+            conn.execute("DELETE FROM day_figures WHERE day_us = ?", (FIRST_DAY + DAY_US,))
+    finally:
+        conn.close()
+    groups = _stats(env, **params, **statuses)
     assert [g["build_count"] for g in groups] == [whole[0]["build_count"], 0, whole[2]["build_count"],
                                                   whole[3]["build_count"]]
 

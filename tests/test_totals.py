@@ -12,6 +12,7 @@ from conftest import ENGINES, new_database, record, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_day_figures import kept_days, plain_days
+from test_day_summaries import kept_summaries, plain_summaries
 
 from buildreport.filters import BuildFilter
 from buildreport.imports.files import ImportFailed
@@ -101,6 +102,7 @@ def test_totals_equal_a_fresh_computation_after_any_imports(fresh_db, batches):
         assert daily == totals_from_builds(conn, US_PER_DAY)
         assert usage == daily_from_builds(conn)
         assert kept_days(conn) == plain_days(conn)
+        assert kept_summaries(conn) == plain_summaries(conn)
         conn.close()
 
 
@@ -129,6 +131,7 @@ def test_totals_of_a_large_import_are_computed_in_one_pass(fresh_db, tmp_path):
     assert daily == totals_from_builds(conn, US_PER_DAY)
     assert usage == daily_from_builds(conn)
     assert kept_days(conn) == plain_days(conn)
+    assert kept_summaries(conn) == plain_summaries(conn)
     assert conn.execute("SELECT count(*) FROM builds").fetchone()[0] == hours + hours // 2
 
 
@@ -228,4 +231,5 @@ def test_totals_equal_a_fresh_computation_after_any_http_writes(fresh_db, reques
         assert daily == totals_from_builds(conn, US_PER_DAY)
         assert usage == daily_from_builds(conn)
         assert kept_days(conn) == plain_days(conn)
+        assert kept_summaries(conn) == plain_summaries(conn)
         conn.close()

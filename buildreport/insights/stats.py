@@ -11,10 +11,10 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank, percentiles_of_runs
 from buildreport.filters import MAX_TIME_GROUPS, GroupBy, StatsQuery
-from buildreport.insights.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank, rank
 from buildreport.models import BuildStatsGroup, Percentiles, UsageBreakdownGroup
-from buildreport.store import day_figures
+from buildreport.store import day_figures, day_summaries
 from buildreport.storepath import derivation_name
 from buildreport.times import US_PER_DAY, format_us, from_us
 
@@ -23,6 +23,8 @@ _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
 # A part of a group's durations or queue times: a stored day's doubles, ascending (a view of the row's value,
 # never copied), or the values of builds read one by one, in no order (a list of floats).
 Values = Sequence[float]
+# A day's kept summary gives its percentiles, already ranked, in place of its values.
+Part = Values | Percentiles
 _TAGS = msgspec.json.Decoder(dict[str, str])
 
 
@@ -40,50 +42,11 @@ def percentiles(values: Values, runs: list[int] | None = None) -> Percentiles | 
     are made of, which spares sorting them."""
     if runs is not None and values:
         starts = [0, *runs[:-1]]
-        return _percentiles_of_runs([values[start:end] for start, end in zip(starts, runs, strict=True)])
+        return percentiles_of_runs([values[start:end] for start, end in zip(starts, runs, strict=True)])
     ordered = ascending(values)
     if not ordered:
         return None
     return Percentiles(*(nearest_rank(ordered, percent) for percent in PERCENTS), ordered[-1])
-
-
-def _percentiles_of_runs(runs: list[Values]) -> Percentiles | None:
-    """Percentiles of ascending runs (each status of each stored day), without sorting them all: the longest run
-    stays where it is (in a day most builds are of one status), the others are merged into one list, and each
-    rank is found between the two by a binary search. Turning a year's doubles into floats to sort them cost
-    half of a statistics answer by day."""
-    lengths = [len(run) for run in runs]
-    if not any(lengths):
-        return None
-    longest = runs[lengths.index(max(lengths))]
-    rest: list[float] = []
-    for run in runs:
-        if run is not longest:
-            rest.extend(run)
-    rest.sort()  # ascending runs: the sort merges them
-    count = len(longest) + len(rest)
-    picks = [_kth(longest, rest, rank(percent, count)) for percent in PERCENTS]
-    top = max(longest[-1], rest[-1]) if rest else longest[-1]
-    return Percentiles(*picks, top)
-
-
-def _kth(run: Values, rest: list[float], k: int) -> float:
-    """The k-th smallest (from 1) of `run` and `rest` together, both ascending: the number `i` taken from `rest`
-    is the least whose next value is not below the run's k-i-th."""
-    length = len(run)
-    lo, hi = max(0, k - length), min(k, len(rest))
-    while lo < hi:
-        i = (lo + hi) // 2
-        if rest[i] < run[k - i - 1]:
-            lo = i + 1
-        else:
-            hi = i
-    taken = k - lo
-    if lo == 0:
-        return run[taken - 1]
-    if taken == 0:
-        return rest[lo - 1]
-    return max(rest[lo - 1], run[taken - 1])
 
 
 def period_key(kind: str, start_us: int) -> str:
@@ -120,19 +83,32 @@ class _Parts:
     day's part is a view of its row's value, so a year of them costs no copy (joined, they took more memory than
     the rows themselves). Rows are grouped more than once (the dashboard), so no part is ever changed."""
 
-    __slots__ = ("ordered", "parts")
+    __slots__ = ("ordered", "parts", "ranked")
 
     def __init__(self) -> None:
         self.parts: list[Values] = []
         self.ordered = True  # every part is a stored day's, each ascending
+        # A whole day's kept percentiles: they stand for all of the group's values, so they join nothing else
+        # (a grouping by day gives a whole day one summary and no other row).
+        self.ranked: Percentiles | None = None
 
-    def add(self, part: Values) -> None:
-        if part:
+    def add(self, part: Part) -> None:
+        if isinstance(part, Percentiles):
+            self._alone(bool(self.parts) or self.ranked is not None)
+            self.ranked = part
+        elif part:
+            self._alone(self.ranked is not None)
             self.parts.append(part)
             self.ordered = self.ordered and not isinstance(part, list)
 
+    @staticmethod
+    def _alone(joined: bool) -> None:
+        if joined:
+            raise ValueError("a day's kept percentiles cannot be joined with other values")
+
     def values(self) -> list[float]:
         """Every value, as one list of its own (joined by `extend`, which copies a list's items in C)."""
+        self._alone(self.ranked is not None)
         joined: list[float] = []
         for part in self.parts:
             joined.extend(part)
@@ -147,8 +123,10 @@ class _Parts:
         return self.parts[0]  # type: ignore[return-value]
 
     def percentiles(self) -> Percentiles | None:
+        if self.ranked is not None:
+            return self.ranked
         if self.ordered:
-            return _percentiles_of_runs(self.parts)
+            return percentiles_of_runs(self.parts)
         return percentiles(self.in_order())
 
 
@@ -201,16 +179,20 @@ class _Group:
 
 
 # (successful, failed, discarded, running), CPU seconds, billable CPU seconds, durations, queue times
-_Figures = tuple[tuple[int, int, int, int], int, int, Values, Values]
+_Figures = tuple[tuple[int, int, int, int], int, int, Part, Part]
 _NO_BUILDS = (0, 0, 0, 0)
 
 
 def _figures(status: str | None, text: str | bytes | None) -> _Figures:
     """The figures of a row of stats_rows: of builds of one status, or of every kind. The numbers are decoded
     from the JSON text of the values as stored, so they are exactly the values a client reads; a day's kept
-    figures come as their binary value (store/day_figures.py), or null when the day has no such builds."""
+    figures come as their binary value (store/day_figures.py, or without a status store/day_summaries.py), or
+    null when the day has no such builds."""
     if text is None:
         return _NO_BUILDS, 0, 0, [], []
+    if isinstance(text, bytes | memoryview) and status is None:
+        day = day_summaries.unpack(bytes(text))
+        return day.counts, day.cpu_seconds, day.billable_cpu_seconds, day.durations or [], day.queue_times or []
     if isinstance(text, bytes | memoryview):
         builds, cpu, durations, queues = day_figures.unpack(text)
     elif status is None:

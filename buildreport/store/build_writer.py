@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import msgspec
 
 from buildreport.models import BILLABLE, UNFINISHED, Build, BuildRecord, BuildStatus
-from buildreport.store import day_figures
+from buildreport.store import day_figures, day_summaries
 from buildreport.store.build_rows import (
     BATCH_SIZE,
     MAX_BUILD_ID,
@@ -150,8 +150,9 @@ class BuildWriter:
         apply_usage_deltas(self._conn, {k: d for k, d in self._usage_deltas.items() if k[0] not in full})
         self._tags.apply(self._conn)
         rebuilt = {(account_id, day_of(hour)) for account_id, hour in self._hours if account_id in full}
-        day_figures.recompute(self._conn, rebuilt)
-        day_figures.apply(self._conn, {k: d for k, d in self._day_deltas.items() if k[0] not in full})
+        changed = day_figures.recompute(self._conn, rebuilt)
+        changed |= day_figures.apply(self._conn, {k: d for k, d in self._day_deltas.items() if k[0] not in full})
+        day_summaries.refresh(self._conn, changed)
 
     def _check_new_links(self) -> None:
         """Every restart link a write record made names a build of its own account, now that all are written.

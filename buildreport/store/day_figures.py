@@ -135,10 +135,17 @@ class Aggregate:
     def finalize(self) -> bytes:
         return self._day.value()
 
+    def numbers(self) -> tuple[int, int, list[float], list[float]]:
+        """(builds, CPU seconds, durations, queue times) of the group; the numbers ascending once finalized."""
+        day = self._day
+        return day.builds, day.cpu_seconds, day.durations, day.queue_times
 
-def recompute(conn: Any, days: Iterable[tuple[int, int]]) -> None:
-    """Rebuild the figures of each (account, day start) from the builds created that day."""
-    for account_id, day in sorted(set(days)):
+
+def recompute(conn: Any, days: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Rebuild the figures of each (account, day start) from the builds created that day; the days, for the
+    summaries derived from them (day_summaries.py)."""
+    days = set(days)
+    for account_id, day in sorted(days):
         by_status: dict[str, _Day] = {}
         for status, cpu_seconds, duration_text, queue_text in conn.execute(
             _DAY_BUILDS, (account_id, day, day + US_PER_DAY)
@@ -150,6 +157,7 @@ def recompute(conn: Any, days: Iterable[tuple[int, int]]) -> None:
         conn.execute(_DELETE, (account_id, day))
         if by_status:
             conn.executemany(INSERT, [(account_id, day, s, entry.value()) for s, entry in by_status.items()])
+    return days
 
 
 class Delta:
@@ -220,15 +228,18 @@ def with_added(value: bytes, builds: int, cpu_seconds: int, durations: list[floa
     return header + merged.tobytes()
 
 
-def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> None:
+def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> set[tuple[int, int]]:
     """Bring each (account, day start, status) touched by a write in step by its differences: the day's
     stored value is read and written once, and no build of the day is read again. A day whose value does not
-    hold what a difference takes out is rebuilt from its builds."""
+    hold what a difference takes out is rebuilt from its builds. The (account, day start) whose figures changed,
+    for the summaries derived from them (day_summaries.py)."""
+    changed: set[tuple[int, int]] = set()
     rebuild: set[tuple[int, int]] = set()
     for (account_id, day, status), delta in sorted(deltas.items()):
         if delta.builds == 0 and delta.cpu_seconds == 0 and delta.added == delta.removed:
             continue  # a build written again as it was
         key = (account_id, day, status)
+        changed.add((account_id, day))
         row = conn.execute(_SELECT_ONE, key).fetchone()
         if row is not None and not delta.removed[0] and not delta.removed[1] and delta.builds >= 0:
             added = with_added(bytes(row[0]), delta.builds, delta.cpu_seconds, *delta.added)
@@ -246,3 +257,4 @@ def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> None:
             conn.execute(_UPSERT, (*key, pack(builds, cpu_seconds + delta.cpu_seconds, durations, queue_times)))
     if rebuild:
         recompute(conn, rebuild)
+    return changed

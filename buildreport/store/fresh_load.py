@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import msgspec
 
 from buildreport.models import BILLABLE
-from buildreport.store import day_figures, tag_totals
+from buildreport.store import day_figures, day_summaries, tag_totals
 from buildreport.store.build_rows import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS
 from buildreport.store.engines import Connection
 from buildreport.store.links import Conflict, LinkEnds, link_peers
@@ -143,7 +143,10 @@ class BuildTotals:
         recompute_totals(conn, DAILY, {(account_id, hour) for account_id, hour, _ in self._hours})
         conn.executemany(_USAGE, [(*key, *used) for key, used in self._usage.items()])
         days = sorted(self._days.items())
-        conn.executemany(day_figures.INSERT, [(*key, figures.finalize()) for key, figures in days])
+        conn.executemany(day_figures.INSERT, [(*key, figures.finalize()) for key, figures in days])  # sorts them
+        parts = ((account, day, day_summaries.Part(status, *figures.numbers()))
+                 for (account, day, status), figures in days)
+        conn.executemany(day_summaries.INSERT, day_summaries.rows_of(parts))
 
 
 _TAG_PAIR = "INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)"
@@ -161,7 +164,8 @@ _TAGS_OF_BUILDS = (
 )
 _USAGE = "INSERT INTO daily_usage (account_id, day_us, builds, cpu_seconds) VALUES (?, ?, ?, ?)"
 # A database with no builds has no totals either; anything left in these tables would be out of step.
-_TOTALS_TABLES = ("hourly_totals", "daily_totals", "daily_usage", "day_figures", "tag_pairs", "tag_daily_totals")
+_TOTALS_TABLES = ("hourly_totals", "daily_totals", "daily_usage", "day_figures", "day_summaries", "tag_pairs",
+                  "tag_daily_totals")
 
 
 class FreshLoad:
@@ -243,6 +247,7 @@ class FreshLoad:
             return
         raw.execute(bulk.TAGS_OF_BUILDS)
         bulk.fill_totals(raw)
+        day_summaries.fill(conn)
         if tags is None:
             tag_totals.recompute_all(conn)
         else:

@@ -31,6 +31,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "queue_text")),
     ("build_logs", ("build_id", "size_bytes", "zlib")),
     ("day_figures", ("account_id", "day_us", "status", "figures")),
+    ("day_summaries", ("account_id", "day_us", "figures")),
     ("hourly_totals", _TOTALS),
     ("daily_totals", _TOTALS),
     ("daily_usage", ("account_id", "day_us", "builds", "cpu_seconds")),

@@ -9,14 +9,15 @@ costs more than everything else together). Each group is read on its own, as ran
 every figure it needs:
 
 - time groups (no tag filter): one range of `builds_for_stats` per period and status; a whole day of a
-  grouping by day, its rows of `day_figures` per status (see day_figures.py), kept by the writer;
+  grouping by day, its row of `day_summaries` (without a status filter; see day_summaries.py) or of
+  `day_figures` per status (see day_figures.py), both kept by the writer;
 - tag groups: the tag's values, found one by one in the tag index, then each value's tag rows in the window
   (each tag row holds its build's status, CPU seconds, duration and queue time);
 - derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
 - anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
 
 Each row is `(value, status, figures)`. `figures` is a JSON array (or the binary value of a row of
-`day_figures`; null for a day without such builds): with a status,
+`day_figures`, or with status null of `day_summaries`; null for a day without such builds): with a status,
 `[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
 `[builds, successful, discarded, unfinished, cpu seconds, unbilled cpu seconds, [durations], [queue times]]`.
 
@@ -36,6 +37,7 @@ from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQu
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
 from buildreport.store import filter_sql
 from buildreport.store.day_figures import DAY_FIGURES
+from buildreport.store.day_summaries import DAY_SUMMARIES
 from buildreport.store.filter_sql import Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable, answers
 from buildreport.store.queries import ordered, usage_days
@@ -103,7 +105,7 @@ TAG_ROW_FIELDS = WINDOW | {"status", "tags"}
 # What a walk of `builds_for_stats` by period and status can filter on; other filters are grouped in one pass.
 _BY_PERIOD_FIELDS = WINDOW | {"status"}
 # Kept figures whose rows a grouping by their period takes whole periods from, the first that answers.
-PERIOD_TABLES = (DAY_FIGURES,)
+PERIOD_TABLES = (DAY_SUMMARIES, DAY_FIGURES)
 
 
 def _kept_table(build_filter: BuildFilter, period: int) -> KeptTable | None:
@@ -133,6 +135,17 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         " AND b.create_us >= periods.low AND b.create_us < periods.high)"
     )
     kept = _kept_table(build_filter, period)
+    if kept is DAY_SUMMARIES:
+        whole_day = f"periods.low % {period} = 0 AND periods.high = periods.low + {period}"
+        # Whole days of the window: each its one kept summary, of every status (status NULL); the edges by status.
+        sql += (
+            f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
+            f" WHERE NOT ({whole_day})"
+            " UNION ALL SELECT periods.low, NULL, (SELECT s.figures FROM day_summaries s"
+            f" WHERE s.account_id = ? AND s.day_us = periods.low) FROM periods WHERE {whole_day}"
+        )
+        return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id,
+                     account_id]
     if kept is DAY_FIGURES:  # whole days of the window: their kept figures per status
         figures = (
             "CASE WHEN periods.low % ? = 0 AND periods.high = periods.low + ? THEN (SELECT f.figures FROM day_figures f"

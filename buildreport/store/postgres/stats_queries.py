@@ -1,12 +1,14 @@
 """The statistics queries of PostgreSQL: what store/stats_queries.py does with SQLite's index walks, with the same
 rows (see that module's docstring): `(value, status, [builds, cpu seconds, [durations], [queue times]])`, a day's
-kept figures as their binary value (store/day_figures.py), or a tag value's figures of every status.
+kept figures as their binary value (store/day_figures.py, store/day_summaries.py), or a tag value's figures of
+every status.
 
 Both engines answer from the same kept figures and the same index ranges:
 
-- by day (no filter but the window and statuses): the window's whole days from `day_figures`, its partial days
-  at either edge from the builds, each a range of `builds_by_time`; grouped in one pass, a year of builds was
-  read from the table and sorted on disk, fifteen times the cost of SQLite's answer;
+- by day (no filter but the window and statuses): the window's whole days from `day_summaries` (no status
+  filter) or `day_figures`, its partial days at either edge from the builds, each a range of `builds_by_time`;
+  grouped in one pass, a year of builds was read from the table and sorted on disk, fifteen times the cost of
+  SQLite's answer;
 - by tag (no filter the tag rows cannot answer): the tag's values found one by one in the tag index, then each
   value's tag rows in the window, one range of the index, which holds their figures (an index-only scan); joined
   to the builds, the tag table was read whole;
@@ -25,6 +27,7 @@ from buildreport.filters import BuildFilter, GroupBy, UsageQuery, set_fields
 from buildreport.models import FAILED
 from buildreport.store import filter_sql
 from buildreport.store.day_figures import DAY_FIGURES
+from buildreport.store.day_summaries import DAY_SUMMARIES
 from buildreport.store.filter_sql import Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, answers, whole_periods
 from buildreport.store.postgres.connection import BinaryResults
@@ -111,7 +114,10 @@ def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, qu
 
 def kept_days(account_id: int, build_filter: BuildFilter, first: int, end: int) -> Query:
     """`(day start, status, kept figures)` of the days from `first` to `end` (whole days), one range of
-    `day_figures`."""
+    `day_summaries` (status null: every status) when they answer the filter, else of `day_figures`."""
+    if answers(DAY_SUMMARIES, build_filter):
+        sql = "SELECT s.day_us, NULL, s.figures FROM day_summaries s WHERE s.account_id = ? AND s.day_us >= ?"
+        return BinaryResults(sql + " AND s.day_us < ?"), [account_id, first, end]
     sql = "SELECT f.day_us, f.status, f.figures FROM day_figures f WHERE f.account_id = ? AND f.day_us >= ?"
     sql += " AND f.day_us < ?"
     params: list[object] = [account_id, first, end]
@@ -122,7 +128,7 @@ def kept_days(account_id: int, build_filter: BuildFilter, first: int, end: int) 
 
 
 def _day_parts(account_id: int, build_filter: BuildFilter, queue_times: bool) -> list[Query] | None:
-    """A grouping by day as the window's whole days from `day_figures` and its edges from the builds; None when
+    """A grouping by day as the window's whole days from kept figures and its edges from the builds; None when
     the kept figures do not answer the filter or the window holds no whole day."""
     if not answers(DAY_FIGURES, build_filter):
         return None
