@@ -81,6 +81,20 @@ def mib(value: int | None) -> str:
     return "–" if value is None else f"{value / 2**20:,.1f} MiB"
 
 
+def memory_phases(sampled: dict[str, Any]) -> str:
+    """Which requests the sampled peak of RssAnon came with: the phase it was reached in, and the phase that
+    raised it most over its own start (memory a process keeps after a request shows in every later phase)."""
+    phases = sampled.get("phases") or {}
+    if not phases:
+        return ""
+    mib = 1024
+    peak_name, peak = max(phases.items(), key=lambda item: item[1]["peak_rss_anon_kib"])
+    rise_name, rise = max(phases.items(), key=lambda item: item[1]["peak_rss_anon_kib"] - item[1]["start_rss_anon_kib"])
+    grown = (rise["peak_rss_anon_kib"] - rise["start_rss_anon_kib"]) / mib
+    return (f"peak reached during {peak_name} ({peak['peak_rss_anon_kib'] / mib:,.1f} MiB); the largest rise during"
+            f" {rise_name} (+{grown:,.1f} MiB, from {rise['start_rss_anon_kib'] / mib:,.1f} MiB)")
+
+
 def _row(target: str, threshold: str, value: float | None, shown: str, ok: bool | None, note: str = "",
          sqlite_only: bool = False, unresolved: bool = False) -> dict:
     """One target's row; `unresolved` when the figure's uncertainty spans the threshold, so the run cannot say."""
@@ -246,7 +260,7 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
     rows.append(_row("peak RssAnon of one worker over the HTTP run (sampled every 0.2 s)",
                      f"≤ {TARGETS['peak_anon_mib']:g} MiB", anon, f"{anon:,.1f} MiB" if anon is not None else "",
                      anon is not None and anon <= TARGETS["peak_anon_mib"], f"{sampled.get('samples', 0)} samples"
-                     + mapped))
+                     + mapped + (f"; {memory_phases(sampled)}" if memory_phases(sampled) else "")))
     bare_rps, build_rps = dig(out, "bare", "c32", "rps"), dig(eps, "build_by_id", "c32", "rps")
     ratio = build_rps / bare_rps if bare_rps and build_rps is not None else None
     text = f"{ratio:.2f}× ({rps(build_rps)} / {rps(bare_rps)} req/s)" if ratio is not None else ""

@@ -706,6 +706,7 @@ class Bench:
             for ep in eps:
                 entry: dict[str, Any] = {"label": ep["label"], "kind": ep["kind"]}
                 results[ep["key"]] = entry
+                sampler.phase(ep["label"])
                 try:
                     entry["probe"] = self.probe(server, ep)
                 except Exception as exc:
@@ -721,6 +722,7 @@ class Bench:
                     entry["paired_bare"] = self.paired_with_bare(server, ep, engine)
             try:
                 self.cache(engine, "export")
+                sampler.phase("export")
                 exported = self.export(server)
             except Exception as exc:
                 self.fail(f"{engine.name}: export: {exc}")

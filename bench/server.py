@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 15.0
@@ -70,31 +71,45 @@ def _status_kib(pid: int) -> dict[str, object] | None:
 class AnonSampler:
     """Peak RssAnon (heap, stacks: what the process itself allocated) and peak RssFile (mapped file pages,
     the SQLite memory map among them) of a process, sampled every 0.2 s until stopped: /proc keeps no
-    high-water mark of either."""
+    high-water mark of either. `phase` names what the process serves from then on; each phase keeps the RssAnon
+    it started at and its peak, so that the report can say which requests raised the peak."""
 
     def __init__(self, pid: int) -> None:
         import threading
 
         self.pid = pid
         self.peak_anon_kib = self.peak_file_kib = self.samples = 0
+        self.phases: dict[str, dict[str, int]] = {}
+        self._phase: dict[str, int] | None = None
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+
+    def phase(self, name: str) -> None:
+        status = _status_kib(self.pid)
+        now = int(status["rss_anon_kib"]) if status is not None else 0  # type: ignore[call-overload]
+        with self._lock:
+            self._phase = self.phases[name] = {"start_rss_anon_kib": now, "peak_rss_anon_kib": now}
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
             status = _status_kib(self.pid)
             if status is None:
                 return
+            anon = int(status["rss_anon_kib"])  # type: ignore[call-overload]
             self.samples += 1
-            self.peak_anon_kib = max(self.peak_anon_kib, int(status["rss_anon_kib"]))  # type: ignore[call-overload]
+            self.peak_anon_kib = max(self.peak_anon_kib, anon)
             self.peak_file_kib = max(self.peak_file_kib, int(status["rss_file_kib"]))  # type: ignore[call-overload]
+            with self._lock:
+                if self._phase is not None:
+                    self._phase["peak_rss_anon_kib"] = max(self._phase["peak_rss_anon_kib"], anon)
 
-    def stop(self) -> dict[str, int]:
+    def stop(self) -> dict[str, Any]:
         self._stop.set()
         self._thread.join(timeout=5)
         return {"peak_rss_anon_kib": self.peak_anon_kib, "peak_rss_file_kib": self.peak_file_kib,
-                "samples": self.samples}
+                "samples": self.samples, "phases": self.phases}
 
 
 class Server:

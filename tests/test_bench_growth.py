@@ -187,3 +187,19 @@ def test_an_error_answer_or_an_endpoint_not_loaded_at_32_connections_misses(resu
     del unloaded["http"]["endpoints"]["usage_month"]["c32"]
     row = growth.no_errors_row(unloaded)
     assert (row["status"], row["note"]) == ("MISS", "not loaded at 32 connections: /usage one month")
+
+
+def test_the_memory_target_names_the_requests_that_raised_the_peak(results: growth.Results) -> None:
+    """Memory a worker keeps after a request shows in every later phase: the note names both the phase the peak
+    was reached in and the one that raised it most over its own start."""
+    kept = results[("sqlite", 300_000)]
+    tag = "/builds/stats group_by=tag:project, 30 days"
+    kept["http"]["memory"]["sampled"]["phases"] = {
+        tag: {"start_rss_anon_kib": 60 * 1024, "peak_rss_anon_kib": 280 * 1024},
+        "export": {"start_rss_anon_kib": 280 * 1024, "peak_rss_anon_kib": 300 * 1024},
+    }
+    rows = {r["target"]: r for r in growth.all_targets_10m(results)["sqlite"]["rows"]}
+    note = rows["peak memory of a worker (RssAnon, sampled)"]["note"]
+    assert note == f"peak reached during export (300.0 MiB); the largest rise during {tag} (+220.0 MiB, from 60.0 MiB)"
+    unphased = {r["target"]: r for r in growth.all_targets_10m(results)["postgresql"]["rows"]}
+    assert unphased["peak memory of a worker (RssAnon, sampled)"]["note"] == ""
