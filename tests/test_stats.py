@@ -245,26 +245,18 @@ def test_whole_days_are_answered_from_kept_figures_and_partial_days_from_builds(
     params = {"create_time_from": z(low), "create_time_to": z(high), "group_by": "day"}
     whole = _stats(env, **params)
     assert [g["build_count"] > 0 for g in whole] == [True] * 4
-    conn = open_database(env.db)
-    try:
-        with conn:
-            conn.execute("DELETE FROM day_summaries WHERE day_us = ?", (FIRST_DAY + DAY_US,))
-    finally:
-        conn.close()
-    groups = _stats(env, **params)
-    assert [g["build_count"] for g in groups] == [whole[0]["build_count"], 0, whole[2]["build_count"],
-                                                  whole[3]["build_count"]]
-    statuses = {"status": ",".join(s.value for s in BuildStatus)}  # every status, named: day_figures answer
-    assert _stats(env, **params, **statuses) == whole
-    conn = open_database(env.db)
-    try:
-        with conn:
-            conn.execute("DELETE FROM day_figures WHERE day_us = ?", (FIRST_DAY + DAY_US,))
-    finally:
-        conn.close()
-    groups = _stats(env, **params, **statuses)
-    assert [g["build_count"] for g in groups] == [whole[0]["build_count"], 0, whole[2]["build_count"],
-                                                  whole[3]["build_count"]]
+    every_status = {"status": ",".join(s.value for s in BuildStatus)}  # named: day_figures answer
+    assert _stats(env, **params, **every_status) == whole
+    for table, narrowing in (("day_summaries", {}), ("day_figures", every_status)):
+        conn = open_database(env.db)
+        try:
+            with conn:
+                conn.execute(f"DELETE FROM {table} WHERE day_us = ?", (FIRST_DAY + DAY_US,))
+        finally:
+            conn.close()
+        groups = _stats(env, **params, **narrowing)
+        assert [g["build_count"] for g in groups] == [whole[0]["build_count"], 0, whole[2]["build_count"],
+                                                      whole[3]["build_count"]], table
 
 
 @pytest.mark.parametrize("engine", ENGINES)
