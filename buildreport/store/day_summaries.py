@@ -42,7 +42,7 @@ INSERT = "INSERT INTO day_summaries (account_id, day_us, figures) VALUES (?, ?, 
 _UPSERT = INSERT + " ON CONFLICT (account_id, day_us) DO UPDATE SET figures = excluded.figures"
 _DELETE = "DELETE FROM day_summaries WHERE account_id = ? AND day_us = ?"
 _DAY_FIGURES = "SELECT status, figures FROM day_figures WHERE account_id = ? AND day_us = ?"
-_DAYS = "SELECT DISTINCT account_id, day_us FROM day_figures ORDER BY account_id, day_us"
+_DAYS = "SELECT DISTINCT account_id, day_us FROM day_figures"
 
 
 class Part(NamedTuple):
@@ -121,12 +121,9 @@ def refresh(conn: Any, days: Iterable[tuple[int, int]]) -> None:
 
 
 def fill(conn: Any) -> None:
-    """Derive the row of every day that day_figures holds, into an empty table: the schema step that adds it,
-    and a bulk load on PostgreSQL."""
-    for account_id, day in conn.execute(_DAYS).fetchall():
-        value = summarize(_stored_parts(conn, account_id, day))
-        if value is not None:
-            conn.execute(INSERT, (account_id, day, value))
+    """Derive the row of every day that day_figures holds: the schema step that adds the table, and a bulk load
+    on PostgreSQL."""
+    refresh(conn, conn.execute(_DAYS).fetchall())
 
 
 def rows_of(parts: Iterable[tuple[int, int, Part]]) -> list[tuple[int, int, bytes]]:
