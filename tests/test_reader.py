@@ -108,11 +108,11 @@ def test_the_data_versions_are_read_once_per_turn_of_the_event_loop(env: Env) ->
     env.load([record(1, cpu_seconds=5)])
 
     async def steps(reader: Any, _queries: list[object]) -> list[Any]:
-        before = reader.data_version()
+        before = await reader.data_version()
         env.load([record(1, cpu_seconds=7)])  # another connection commits during this turn
-        same_turn = reader.data_version()  # every request of this turn arrived before that commit
+        same_turn = await reader.data_version()  # every request of this turn arrived before that commit
         await asyncio.sleep(0)
-        return [before, same_turn, reader.data_version()]
+        return [before, same_turn, await reader.data_version()]
 
     before, same_turn, next_turn = _reading(env, steps)
     assert None not in (before, next_turn)
@@ -261,7 +261,7 @@ def test_a_commit_by_another_process_is_seen_by_the_token_cache_and_the_next_rea
         try:
             first = await cache.lookup(reader, digest)
             body = await reader.build(1, 1)
-            versions = [reader.data_version(), reader.builds_version()]
+            versions = [await reader.data_version(), reader.builds_version()]
             _commit_elsewhere(env.db, "UPDATE tokens SET revoked_us = ?", (1,), tokens=True)
             await asyncio.sleep(0)  # a request sent after the commit is served in a later turn of the event loop
             revoked = await cache.lookup(reader, digest)
@@ -269,7 +269,7 @@ def test_a_commit_by_another_process_is_seen_by_the_token_cache_and_the_next_rea
             _commit_elsewhere(env.db, "UPDATE builds SET body = CAST(? AS BLOB)", ('{"changed":1}',), tokens=False)
             await asyncio.sleep(0)
             changed = await reader.build(1, 1)
-            return [first, body, versions, revoked, unchanged, changed, reader.data_version()]
+            return [first, body, versions, revoked, unchanged, changed, await reader.data_version()]
         finally:
             await reader.close()
 

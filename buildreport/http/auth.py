@@ -123,7 +123,7 @@ class TokenCache:
         self._rows: dict[bytes, tuple[bytes, TokenRow | None]] = {}
 
     async def lookup(self, reader: Reader, token_digest: bytes) -> TokenRow | None:
-        version = reader.data_version()  # read before the query: a commit in between forces a re-read next time
+        version = await reader.data_version()  # read before the query: a commit in between forces a re-read next time
         cached = self._rows.get(token_digest)
         if version is not None and cached is not None and cached[0] == version:
             return cached[1]

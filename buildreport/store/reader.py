@@ -154,9 +154,9 @@ class Reader(abc.ABC):
     async def close(self) -> None: ...
 
     @abc.abstractmethod
-    def data_version(self) -> bytes | None:
-        """A value that differs after any commit that may change a token or the account it names (an engine may
-        change it more often); None when the engine cannot tell it cheaply."""
+    async def data_version(self) -> bytes | None:
+        """A value that differs after any commit made before this call that may change a token or the account it
+        names (an engine may change it more often); None when the engine cannot tell it cheaply."""
 
     def builds_version(self) -> bytes | None:
         """A value that differs after any commit that may change a build; None when the engine cannot tell it

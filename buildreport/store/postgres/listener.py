@@ -1,15 +1,17 @@
-"""How a server learns that a commit changed what a token grants, without asking the database on every request.
+"""How a server learns that a commit changed what a token grants, without reading the token on every request.
 
 The schema's triggers notify TOKENS_CHANNEL whenever a token or an account changes, whoever commits it
-(schema.py). A server keeps one connection that LISTENs there and reads what has arrived (libpq's
-PQconsumeInput and PQnotifies, without waiting) each time it asks for the version: PostgreSQL sends the
-notification to every listener as the commit happens, before the committer hears it is done, so a request
-sent after a revocation finds it already on this connection.
+(schema.py). A server keeps one connection that LISTENs there. PostgreSQL signals every listener before the
+committer hears that its commit is done, and a listening session delivers what it was signalled at the latest
+just after its next transaction ends (the NOTIFY documentation). So before a version is given, this
+connection makes one round trip (a `SELECT 1`) that begins after the caller asked: every notification of a
+commit that returned before the request was sent has then arrived, and a revocation holds at once. Callers
+that ask while a round trip is under way share the next one, so under load one round trip serves many
+requests.
 
-Nothing is trusted without that connection: while it is down (a restart, a failover, a network fault) the
-version is None, tokens are read on every request, and a new connection is tried at most every few seconds.
-A connection that fails silently is found by TCP keepalives; until then, and whatever else could lose a
-notification, no version lasts longer than TRUST_SECONDS.
+Nothing is trusted without that connection: while it is down (a restart, a failover, a network fault) or a
+round trip fails or takes longer than ROUND_TRIP_SECONDS, the version is None, tokens are read on every
+request, and a new connection is tried at most every few seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from buildreport.store.postgres.connection import TOKENS_CHANNEL, connect_kwargs
 log = logging.getLogger("buildreport.store")
 
 RETRY_SECONDS = 5.0
-TRUST_SECONDS = 30.0
+ROUND_TRIP_SECONDS = 2.0
 # A silent peer is given up after keepalives_idle + keepalives_count * keepalives_interval seconds.
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
               "connect_timeout": 5}  # fmt: skip
@@ -43,6 +45,8 @@ class TokenChanges:
         self._changes = 0  # notifications heard and connections opened: each may follow a change missed
         self._next_try = 0.0
         self._connecting: asyncio.Task[None] | None = None
+        self._turn = asyncio.Lock()
+        self._begun = self._finished = 0
 
     async def open(self) -> None:
         """Listen; a failure leaves the version None until a later try succeeds."""
@@ -50,6 +54,7 @@ class TokenChanges:
         conn = None
         try:
             conn = await psycopg.AsyncConnection.connect(self._url, **connect_kwargs(), **KEEPALIVES)
+            conn.add_notify_handler(self._heard)
             await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
         except BaseException as exc:  # a server that stops while this connects closes it too
             if conn is not None:
@@ -70,21 +75,28 @@ class TokenChanges:
                 await conn.close()
         self._conn = self._broken = None
 
-    def version(self) -> bytes | None:
-        conn = self._conn
-        if conn is None or conn.closed:
-            self._try_again()
-            return None
-        pgconn = conn.pgconn
-        try:
-            pgconn.consume_input()
-        except psycopg.OperationalError as exc:
-            log.warning("stopped listening for token changes (tokens are read on every request): %s", exc)
-            self._drop()
-            return None
-        while pgconn.notifies() is not None:
-            self._changes += 1
-        return b"%d:%d" % (self._changes, time.monotonic() // TRUST_SECONDS)
+    async def version(self) -> bytes | None:
+        """The version once every notification of a commit made before this call has arrived."""
+        target = self._begun + 1  # the first round trip that begins after this call
+        async with self._turn:  # one round trip at a time; those waiting behind it share the next
+            conn = self._conn
+            if conn is None or conn.closed:
+                self._try_again()
+                return None
+            if self._finished < target:
+                self._begun += 1
+                try:
+                    async with asyncio.timeout(ROUND_TRIP_SECONDS):
+                        await conn.execute("SELECT 1")
+                except (psycopg.Error, TimeoutError) as exc:
+                    log.warning("stopped listening for token changes (tokens are read on every request): %r", exc)
+                    self._drop()
+                    return None
+                self._finished = self._begun
+            return b"%d" % self._changes
+
+    def _heard(self, _notify: psycopg.Notify) -> None:
+        self._changes += 1
 
     def _drop(self) -> None:
         self._broken, self._conn = self._conn, None

@@ -119,8 +119,8 @@ class PgReader(Reader):
     async def _key(self, query: queries.Query) -> list[tuple]:
         return await _fetch(self._primary, query)
 
-    def data_version(self) -> bytes | None:
-        return self._token_changes.version()
+    async def data_version(self) -> bytes | None:
+        return await self._token_changes.version()
 
     def file_problem(self) -> str | None:
         return None

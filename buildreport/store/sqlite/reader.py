@@ -97,7 +97,7 @@ class SqliteReader(Reader):
         await self._side.close()
         self._local.close()
 
-    def data_version(self) -> bytes | None:
+    async def data_version(self) -> bytes | None:
         """A value that differs after any other connection's commit to the database or its tokens file; None
         when it cannot be told.
 
