@@ -143,7 +143,10 @@ def _write_wrappers(root: Path, venv: str, folder: Path) -> None:
 def _host_version() -> NixVersion | str:
     if shutil.which("nix") is None or shutil.which("nix-build") is None:
         return "Nix is not installed (Debian: apt-get install nix-bin)"
-    if not os.access("/nix/store", os.W_OK) and not Path("/nix/var/nix/daemon-socket/socket").exists():
+    # Nix makes its store on first use where it may: a fresh machine's /nix/store may not exist yet.
+    store = Path("/nix/store")
+    nearest = next(folder for folder in (store, *store.parents) if folder.exists())
+    if not os.access(nearest, os.W_OK) and not Path("/nix/var/nix/daemon-socket/socket").exists():
         return "the Nix store is not writable and no nix-daemon runs"
     done = subprocess.run(["nix", "--version"], capture_output=True, text=True, check=False)
     if done.returncode != 0:
