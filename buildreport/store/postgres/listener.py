@@ -1,13 +1,13 @@
 """How a server learns that a commit changed what a token grants, without reading the token on every request.
 
 The schema's triggers notify TOKENS_CHANNEL whenever a token or an account changes, whoever commits it
-(schema.py). A server keeps one connection that LISTENs there. PostgreSQL signals every listener before the
-committer hears that its commit is done, and a listening session delivers what it was signalled at the latest
-just after its next transaction ends (the NOTIFY documentation). So before a version is given, this
-connection makes one round trip (a `SELECT 1`) that begins after the caller asked: every notification of a
-commit that returned before the request was sent has then arrived, and a revocation holds at once. Callers
-that ask while a round trip is under way share the next one, so under load one round trip serves many
-requests.
+(schema.py). A server keeps one connection that LISTENs there. PostgreSQL signals every listener as part of
+the commit, before the committer hears it is done (its async.c), and a listening session delivers what it was
+signalled at the latest just after its next transaction ends (the NOTIFY documentation). So before a version
+is given, this connection makes one round trip (a `SELECT 1`) that begins after the caller asked: every
+notification of a commit that returned before the request was sent has then arrived, and a revocation holds
+at once. Callers that ask while a round trip is under way share the next one, so under load one round trip
+serves many requests.
 
 Nothing is trusted without that connection: while it is down (a restart, a failover, a network fault) or a
 round trip fails or takes longer than ROUND_TRIP_SECONDS, the version is None, tokens are read on every
