@@ -257,10 +257,11 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
     sampled = dig(out, "http", "memory", "sampled") or {}
     anon = sampled["peak_rss_anon_kib"] / 1024 if sampled.get("samples") else None
     mapped = f"; mapped file pages peaked at {sampled.get('peak_rss_file_kib', 0) / 1024:,.1f} MiB" if anon else ""
+    phases = memory_phases(sampled)
     rows.append(_row("peak RssAnon of one worker over the HTTP run (sampled every 0.2 s)",
                      f"≤ {TARGETS['peak_anon_mib']:g} MiB", anon, f"{anon:,.1f} MiB" if anon is not None else "",
                      anon is not None and anon <= TARGETS["peak_anon_mib"], f"{sampled.get('samples', 0)} samples"
-                     + mapped + (f"; {memory_phases(sampled)}" if memory_phases(sampled) else "")))
+                     + mapped + (f"; {phases}" if phases else "")))
     bare_rps, build_rps = dig(out, "bare", "c32", "rps"), dig(eps, "build_by_id", "c32", "rps")
     ratio = build_rps / bare_rps if bare_rps and build_rps is not None else None
     text = f"{ratio:.2f}× ({rps(build_rps)} / {rps(bare_rps)} req/s)" if ratio is not None else ""
