@@ -71,7 +71,7 @@ ROTATE_IDS = 1000
 PAGE_LINKS = 100
 LOADS = ((1, 1), (32, 2))  # (connections, wrk threads)
 # /builds/{id} and the bare app are loaded in turns this many times each, side by side (see paired_with_bare).
-PAIRED_ROUNDS = 3
+PAIRED_ROUNDS = 5
 FLOOR_PROCESSES = 3  # an endpoint's floor is measured in this many fresh processes, one after another
 MILLION = 1_000_000
 ENGINES = {"both": ("sqlite", "postgresql"), "sqlite": ("sqlite",), "postgresql": ("postgresql",)}

@@ -317,16 +317,17 @@ def parse_badge_query(pairs: Pairs) -> tuple[BadgeSeries, int]:
 
 
 def parse_no_params(pairs: Pairs) -> None:
-    params = _Params(pairs, ())
-    params.raise_if_failed()
+    if pairs:  # any parameter is one too many
+        _Params(pairs, ()).raise_if_failed()
 
 
 def parse_build_id(text: str) -> int:
     """The `{build_id}` of a path: a positive 64-bit integer."""
-    if not CANONICAL_INT.fullmatch(text) or not 1 <= int(text) <= MAX_BUILD_ID:
+    number = int(text) if CANONICAL_INT.fullmatch(text) else 0
+    if not 1 <= number <= MAX_BUILD_ID:
         reason = f"{shown(text)} is not a positive 64-bit integer in plain decimal (no sign or leading zero)"
         raise InvalidParams([InvalidParam(name="build_id", reason=reason)])
-    return int(text)
+    return number
 
 
 # --- insights: stats, usage breakdown, export ---------------------------------------------------

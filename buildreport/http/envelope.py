@@ -70,6 +70,14 @@ def new_request_id() -> str:
     return f"{_PREFIX}{next(_COUNTER):010x}"
 
 
+def _given_request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The client's own X-Request-Id, when it sent one that is safe to log and send back."""
+    for name, value in headers:
+        if name == REQUEST_ID_HEADER:
+            return value.decode() if _REASONABLE_ID.fullmatch(value) else None
+    return None
+
+
 class RequestIdFilter(logging.Filter):
     """Puts the current request id on every log record."""
 
@@ -96,8 +104,7 @@ class Envelope:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = next((v for k, v in scope["headers"] if k == REQUEST_ID_HEADER), None)
-        rid = given.decode() if given is not None and _REASONABLE_ID.fullmatch(given) else new_request_id()
+        rid = _given_request_id(scope["headers"]) or new_request_id()
         token = request_id.set(rid)
         method = scope["method"]
         head = method == "HEAD"
@@ -129,7 +136,8 @@ class Envelope:
 
         # Routing sees the decoded path: `/builds/1%2Furl` would reach `/builds/1/url`. No path of this service
         # contains an encoded slash, so such a path names nothing and is answered before routing.
-        encoded_slash = b"%2f" in scope.get("raw_path", b"").partition(b"?")[0].lower()
+        raw_path = scope.get("raw_path", b"")
+        encoded_slash = b"%" in raw_path and b"%2f" in raw_path.partition(b"?")[0].lower()
         try:
             if not inside:
                 await _not_found(send_with_id, "No such resource")
@@ -138,20 +146,21 @@ class Envelope:
             else:
                 await self.app(scope, receive, send_with_id)
         finally:
-            self._log(scope, method, path, status, time.perf_counter() - started)
+            if self.log_requests:
+                self._log(scope, method, path, status, time.perf_counter() - started)
             request_id.reset(token)
 
-    def _log(self, scope: Scope, method: str, path: str, status: int, seconds: float) -> None:
-        if self.log_requests:
-            client = scope.get("client")
-            access_log.info(
-                '%s "%s %s" %d %.1fms',
-                printable(str(client[0])) if client else "-",
-                printable(method),
-                printable(path),
-                status,
-                seconds * 1000,
-            )
+    @staticmethod
+    def _log(scope: Scope, method: str, path: str, status: int, seconds: float) -> None:
+        client = scope.get("client")
+        access_log.info(
+            '%s "%s %s" %d %.1fms',
+            printable(str(client[0])) if client else "-",
+            printable(method),
+            printable(path),
+            status,
+            seconds * 1000,
+        )
 
 
 _ENCODED_SLASH = "No such resource: a path never contains a percent-encoded slash (%2F)"

@@ -3,6 +3,7 @@ reader a handler reads through. (Who is asking, `auth.principal`, is the token c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
@@ -32,10 +33,22 @@ CACHING = {"Cache-Control": "private, no-cache", "Vary": "Authorization"}
 _RAW_CACHING = raw_headers(CACHING)
 
 
+# Answers up to this size have their ETags remembered (a thousand at most): a client following a build asks
+# for the same bytes again and again, which the reader keeps (store/reader.py, KeptBuilds).
+REMEMBERED_ETAG_BYTES = 4096
+
+
 def etag_of(body: bytes) -> str:
-    """The ETag of an answer: a digest of its body (or of what stands for it). SHA-1: fast where processors have
-    SHA instructions, and an ETag needs no resistance to collisions."""
+    """The ETag of an answer: a digest of its body (or of what stands for it)."""
+    return _remembered_etag(body) if len(body) <= REMEMBERED_ETAG_BYTES else _etag(body)
+
+
+def _etag(body: bytes) -> str:
+    """SHA-1: fast where processors have SHA instructions, and an ETag needs no resistance to collisions."""
     return '"' + hashlib.sha1(body, usedforsecurity=False).hexdigest() + '"'
+
+
+_remembered_etag = functools.lru_cache(maxsize=1024)(_etag)
 
 
 def etag_matches(header: str | None, etag: str) -> bool:
