@@ -74,10 +74,6 @@ QUERIES = {
         f"list page 2, {name}": queries.list_builds(1, ListQuery(filter=f, cursor=Cursor(5, 6)))
         for name, f in FILTERS.items()
     },
-    **{
-        f"page end, {name}": queries.page_end(1, ListQuery(filter=f, cursor=Cursor(5, 6)))
-        for name, f in FILTERS.items()
-    },
     **{f"summary, {name}": queries.summary(1, f) for name, f in FILTERS.items() if f.derivation_path is None},
     **{
         f"summary from tag totals, {name}": queries.summary(1, f, promoted=True)

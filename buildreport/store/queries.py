@@ -18,20 +18,16 @@ from buildreport.store.totals import DAILY_TOTALS, HOURLY_TOTALS
 
 
 def list_builds(account_id: int, query: ListQuery) -> Query:
-    """A page of builds, newest first: each build's stored JSON and stored digest (for the ETag), in list order.
+    """A page of builds, newest first: each build's stored JSON, stored digest (for the ETag) and position
+    (creation time, build id), in list order, and one build more when more match, so that the page knows
+    whether it has a next one (and where it starts) without a second query.
 
     The reader joins them into the page's JSON array: only ORDER BY promises an order, which no aggregate over
     a subquery keeps in SQLite (and SQLite before 3.44 takes no ORDER BY inside an aggregate)."""
     source, where, params, keys = ordered(account_id, query)
-    sql = f"SELECT b.body, b.body_hash FROM {source} WHERE {where} ORDER BY {_order(keys)} LIMIT ?"
-    return sql, [*params, query.limit]
-
-
-def page_end(account_id: int, query: ListQuery) -> Query:
-    """The position of a full page's last build and, when more match, of the next one: two rows at most."""
-    source, where, params, keys = ordered(account_id, query)
-    sql = f"SELECT {', '.join(keys)} FROM {source} WHERE {where} ORDER BY {_order(keys)} LIMIT 2 OFFSET ?"
-    return sql, [*params, query.limit - 1]
+    columns = f"b.body, b.body_hash, {', '.join(keys)}"
+    sql = f"SELECT {columns} FROM {source} WHERE {where} ORDER BY {_order(keys)} LIMIT ?"
+    return sql, [*params, query.limit + 1]
 
 
 def ordered(account_id: int, query: ListQuery) -> tuple[str, str, list[object], tuple[str, str]]:

@@ -208,11 +208,9 @@ class Reader(abc.ABC):
         if not rows:
             return BuildPage(body=b"[]", digest=b"", next_cursor=None)
         next_cursor = None
-        if len(rows) == query.limit:
-            # A full page: more may match. Reading two positions is cheaper than carrying every build's.
-            ends = await self._rows(queries.page_end(account_id, query))
-            if len(ends) == 2:
-                next_cursor = Cursor(create_us=ends[0][0], build_id=ends[0][1])
+        if len(rows) > query.limit:  # more match: the next page starts after this page's last build
+            del rows[query.limit :]
+            next_cursor = Cursor(create_us=rows[-1][2], build_id=rows[-1][3])
         digest = ",".join(str(row[1]) for row in rows).encode()
         return BuildPage(body=page_json(rows), digest=digest, next_cursor=next_cursor)
 
