@@ -167,7 +167,7 @@ def _many_builds(env: Env) -> None:
                      tags={"project": "web" if i % 3 else "api"}) for i in range(1, 401)])
 
 
-RANGE_QUERIES = 5  # a round of _short_answers: the page (one build past it), the summary, usage, the breakdown, the ping
+RANGE_QUERIES = 5  # a round of _short_answers: the page, the summary, usage, the breakdown and the ping
 
 
 @pytest.mark.sqlite_only
