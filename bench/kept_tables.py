@@ -124,7 +124,8 @@ def main(db: str, runs: int) -> None:
 
     def tag_totals_off(run: Callable[[], object]) -> Callable[[], object]:
         def off() -> object:
-            with without(queries, "TAG_DAILY_TOTALS", nothing(queries.TAG_DAILY_TOTALS)):
+            with without(queries, "TAG_HOURLY_TOTALS", nothing(queries.TAG_HOURLY_TOTALS)), \
+                    without(queries, "TAG_DAILY_TOTALS", nothing(queries.TAG_DAILY_TOTALS)):
                 return run()
         return off
 
@@ -137,8 +138,8 @@ def main(db: str, runs: int) -> None:
     for days in (365, 30):
         measure("hourly_totals + daily_totals", f"/builds/summary {days} days", summary(days),
                 totals_off(summary(days)))
-        measure("tag_pairs + tag_daily_totals", f"/builds/summary {days} days, project:web", summary(days, web),
-                tag_totals_off(summary(days, web)))
+        measure("tag_pairs + tag_hourly_totals + tag_daily_totals", f"/builds/summary {days} days, project:web",
+                summary(days, web), tag_totals_off(summary(days, web)))
     for days in (365, 30):
         name = f"/builds/stats group_by=day, {days} days"
         measure("day_summaries", name, by_day(days), period_tables((DAY_FIGURES,), by_day(days)))

@@ -483,11 +483,12 @@ def markdown(out: dict[str, Any], growth: list[str] | None = None) -> str:
     if "rows" in kept:
         size = f"{mib(kept['bytes'])}" if kept.get("bytes") is not None else kept.get("bytes_note", "")
         lines += [f"Kept per tag pair: {kept['promoted_pairs']:,} of {kept['pairs']:,} distinct pairs "
-                  f"({kept['tag_rows']:,} tag rows) have daily totals, "
+                  f"({kept['tag_rows']:,} tag rows) have hourly and daily totals, "
                   + ", ".join(f"{k} {v:,}" for k, v in (kept.get("promoted_by_key") or {}).items())
-                  + f"; {kept['rows']:,} rows of tag_daily_totals, {size}. A pair gets totals once 500 builds "
-                  "of an account carry it, so at most one pair per 500 tag rows does, with at most one row per "
-                  "(day, status) and never more rows than builds.", ""]
+                  + (f"; {kept['hourly_rows']:,} rows of tag_hourly_totals" if "hourly_rows" in kept else "")
+                  + f"; {kept['rows']:,} rows of tag_daily_totals; {size} in all. A pair gets totals once 500 "
+                  "builds of an account carry it, so at most one pair per 500 tag rows does, with at most one row "
+                  "per (hour or day, status) and never more rows than builds.", ""]
     client = dig(out, "data", "client_tags")
     if client:
         lines += ["The client's summary asks for `" + ",".join(client) + "`.", ""]

@@ -28,7 +28,7 @@ ORIGIN = datetime(2026, 10, 1, tzinfo=UTC)
 STATUSES = [s.value for s in BuildStatus]
 NOW_US = 1_790_000_000_000_000
 TABLES = ("accounts", "builds", "build_tags", "build_logs", "hourly_totals", "daily_totals", "daily_usage",
-          "day_figures", "day_summaries", "tag_pairs", "tag_daily_totals")
+          "day_figures", "day_summaries", "tag_pairs", "tag_hourly_totals", "tag_daily_totals")
 
 
 def in_process(load, paths, errors, on_progress):  # type: ignore[no-untyped-def]

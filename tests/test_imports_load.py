@@ -28,7 +28,7 @@ def run_import(db: Path, *files: Path):
 
 
 TABLES = ("accounts", "builds", "build_tags", "build_logs", "hourly_totals", "daily_totals", "daily_usage",
-          "tag_pairs", "tag_daily_totals")
+          "tag_pairs", "tag_hourly_totals", "tag_daily_totals")
 
 
 def db_digest(db: Path) -> str:

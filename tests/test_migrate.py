@@ -156,7 +156,7 @@ def test_wrong_sources_and_targets_are_one_clear_line(source, pg_url, args, says
     assert query(pg_url, "SELECT count(*) FROM builds") == [(0,)]
 
 COPIED = ("accounts", "builds", "build_tags", "build_logs", "day_figures", "day_summaries", "hourly_totals",
-          "daily_totals", "daily_usage", "tag_pairs", "tag_daily_totals")
+          "daily_totals", "daily_usage", "tag_pairs", "tag_hourly_totals", "tag_daily_totals")
 
 
 def _sample_answers(project: str) -> list[str]:

@@ -35,7 +35,7 @@ from buildreport.store.build_rows import builds_by_source
 from buildreport.store.dialect import POSTGRESQL, SQLITE
 from buildreport.store.links import LINKED_ABOVE, LINKED_BELOW
 from buildreport.store.postgres import stats_queries as postgres_stats
-from buildreport.store.queries import US_PER_DAY
+from buildreport.store.queries import US_PER_DAY, US_PER_HOUR
 from buildreport.store.sqlite.schema import attach_auth, auth_path, open_database
 from buildreport.times import now_us
 
@@ -88,9 +88,13 @@ QUERIES = {
     "tag pair size, open": tag_totals.tag_pair_size(1, "project", "web", FILTERS["one tag"], 500),
     "tag pair size, closed": tag_totals.tag_pair_size(1, "project", "web", FILTERS["closed window"], 500),
     "tag pair reached the threshold (writes)": (tag_totals._REACHED, [1, "project", "web", 500]),
-    "tag totals of one day and status (writes)": (tag_totals._RECOMPUTE, [1, "project", "web", 0, US_PER_DAY, "built"]),
+    "tag totals of one hour and status (writes)": (tag_totals._RECOMPUTE_HOUR,
+                                                   [1, "project", "web", 0, US_PER_HOUR, "built"]),
     "tag totals row (writes)": (tag_totals._ROW, [1, "project", "web", 0, "built"]),
-    "tag totals of one pair (writes)": (tag_totals._PAIR_ALL, [1, "project", "web"]),
+    "tag totals of one pair (writes)": (tag_totals._PAIR_HOURS, [1, "project", "web"]),
+    "tag totals of one pair's day from its hours (writes)": (tag_totals._DAY_OF_PAIR,
+                                                             [1, "project", "web", 0, US_PER_DAY]),
+    "tag totals of one pair's days from its hours (writes)": (tag_totals._PAIR_DAYS, [1, "project", "web"]),
     "builds of one day (writes)": (day_figures._DAY_BUILDS, [1, 0, US_PER_DAY]),
     "kept figures of one day (writes)": (day_figures._DELETE, [1, 0]),
     "kept figures of one day, every status (writes)": (day_summaries._DAY_FIGURES, [1, 0]),

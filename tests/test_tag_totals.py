@@ -44,9 +44,9 @@ def patched(**values: int) -> Iterator[None]:
             setattr(tag_totals, name, value)
 
 
-def tag_totals_from_builds(conn: sqlite3.Connection) -> list[tuple]:
+def tag_totals_from_builds(conn: sqlite3.Connection, period: int) -> list[tuple]:
     return conn.execute(
-        f"SELECT p.account_id, p.key, p.value, t.create_us - t.create_us % {queries.US_PER_DAY}, b.status,"
+        f"SELECT p.account_id, p.key, p.value, t.create_us - t.create_us % {period}, b.status,"
         " count(*), sum(b.cpu_seconds), coalesce(sum(b.duration_us), 0), sum(b.nar_size_bytes), min(b.start_us),"
         " max(b.stop_us) FROM tag_pairs p JOIN build_tags t USING (account_id, key, value)"
         " JOIN builds b ON b.build_id = t.build_id GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5"
@@ -54,9 +54,11 @@ def tag_totals_from_builds(conn: sqlite3.Connection) -> list[tuple]:
 
 
 def check_kept(conn: sqlite3.Connection, promote_at: int) -> None:
-    """Every promoted pair's totals equal a fresh computation, and every pair that reached the threshold has them."""
-    stored = conn.execute("SELECT * FROM tag_daily_totals ORDER BY 1, 2, 3, 4, 5").fetchall()
-    assert stored == tag_totals_from_builds(conn)
+    """Every promoted pair's totals, hourly and daily, equal a fresh computation, and every pair that reached the
+    threshold has them."""
+    for table, period in (("tag_hourly_totals", queries.US_PER_HOUR), ("tag_daily_totals", queries.US_PER_DAY)):
+        stored = conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3, 4, 5").fetchall()
+        assert stored == tag_totals_from_builds(conn, period), table
     promoted = set(conn.execute("SELECT account_id, key, value FROM tag_pairs").fetchall())
     reached = set(
         conn.execute(
@@ -197,13 +199,16 @@ def test_a_migrated_database_gets_totals_for_its_common_pairs(tmp_path):
     ]
     conn = open_database(tmp_path / "t.db")
     import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
-    expected = conn.execute("SELECT * FROM tag_daily_totals ORDER BY 1, 2, 3, 4, 5").fetchall()
-    assert {row[2] for row in expected} == {"web"}  # ml has fewer than PROMOTE_AT builds
+    kept = ("tag_daily_totals", "tag_hourly_totals")
+    expected = {table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3, 4, 5").fetchall() for table in kept}
+    assert {row[2] for row in expected["tag_daily_totals"]} == {"web"}  # ml has fewer than PROMOTE_AT builds
+    assert len(expected["tag_hourly_totals"]) > len(expected["tag_daily_totals"])
     conn.executescript(WITHOUT_STATS_COLUMNS)
     conn.executescript("DROP TABLE tag_pairs; DROP TABLE tag_daily_totals; PRAGMA user_version = 4;")
     conn.close()
     conn = open_database(tmp_path / "t.db")
-    assert conn.execute("SELECT * FROM tag_daily_totals ORDER BY 1, 2, 3, 4, 5").fetchall() == expected
+    for table in kept:
+        assert conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3, 4, 5").fetchall() == expected[table], table
     conn.close()
 
 
@@ -225,3 +230,19 @@ def test_tag_order_puts_the_rarest_pair_first(tmp_path, tags, first):
         assert ordered.tags[0] == first
         assert promoted == (len(tags) == 1)
         conn.close()
+
+
+@pytest.mark.parametrize("minutes_past_midnight", [30, 12 * 60, 23 * 60 + 30])
+def test_a_promoted_pairs_summary_reads_at_most_an_hour_of_builds_at_its_start(minutes_past_midnight):
+    low = to_us(ORIGIN) + minutes_past_midnight * 60 * 1_000_000 + 17
+    sql, params = queries.summary(1, BuildFilter(create_from_us=low, tags=(("project", "web"),)), promoted=True)
+    first_hour = low - low % queries.US_PER_HOUR + queries.US_PER_HOUR
+    first_day = low - low % queries.US_PER_DAY + queries.US_PER_DAY
+    pair = [1, "project", "web"]
+    # Its builds up to the first whole hour, the pair's hours up to the first whole day, its days from there on.
+    assert params == [*pair, low, first_hour, *pair, first_hour, first_day, *pair, first_day]
+    parts = sql.split(" UNION ALL ")
+    read = [("build_tags" in part, "FROM tag_hourly_totals" in part, "FROM tag_daily_totals" in part) for part in parts]
+    assert read == [
+        (True, False, False), (False, True, False), (False, False, True)
+    ]

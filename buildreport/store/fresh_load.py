@@ -33,9 +33,9 @@ from buildreport.store.totals import (
     refuse_oversized,
 )
 
-# Past this many (tag pair, day, status) the reading process stops adding up totals per tag pair, and they are
-# computed from the stored tag rows at the end instead. Each costs it some 300 bytes; a million builds of the
-# bench's data have 378,598.
+# Past this many (tag pair, hour, status) the reading process stops adding up totals per tag pair, and they are
+# computed from the stored tag rows at the end instead: the bound keeps its memory under some 270 MiB (see
+# bench/notes.md for what a slot costs and how many the bench's data has).
 MAX_TAG_SLOTS = 600_000
 _BILLABLE = frozenset(status.value for status in BILLABLE)
 # Where a builds row (Row.values) holds each column this module reads.
@@ -69,15 +69,16 @@ def _count(slots: dict, key: tuple, cpu: int, duration: int, nar: int, start: in
 
 class TagTotalsRows(msgspec.Struct, array_like=True):
     pairs: list[tuple]  # tag_pairs: the pairs promoted
-    daily: list[tuple]  # their tag_daily_totals
+    hourly: list[tuple]  # their tag_hourly_totals
+    daily: list[tuple]  # their tag_daily_totals: the sums of those hours
 
 
 class TagTotals:
-    """The daily totals of every tag pair of a load's builds, added up in exact integers (as SQLite sums);
+    """The hourly totals of every tag pair of a load's builds, added up in exact integers (as SQLite sums);
     the reading process keeps them, beside the importing process that keeps the others (BuildTotals)."""
 
     def __init__(self) -> None:
-        self._slots: dict[tuple[int, str, str, int, str], Figures] | None = {}  # (pair, day, status)
+        self._slots: dict[tuple[int, str, str, int, str], Figures] | None = {}  # (pair, hour, status)
 
     def add(self, row: tuple, tags: dict[str, str]) -> None:
         """A build's row (Row.values) and its tags."""
@@ -85,10 +86,10 @@ class TagTotals:
         if slots is None or not tags:
             return
         account_id, create_us, status = row[_ACCOUNT], row[_CREATE], row[_STATUS]
-        day = create_us - create_us % US_PER_DAY
+        hour = create_us - create_us % US_PER_HOUR
         figures = (row[_CPU], row[_DURATION] or 0, row[_NAR], row[_START], row[_STOP])
         for name, value in tags.items():
-            _count(slots, (account_id, name, value, day, status), *figures)
+            _count(slots, (account_id, name, value, hour, status), *figures)
         if len(slots) > MAX_TAG_SLOTS:
             self._slots = None
 
@@ -100,9 +101,22 @@ class TagTotals:
         for key, figures in self._slots.items():
             builds[key[:3]] += figures[0]
         promoted = {pair for pair, count in builds.items() if count >= tag_totals.PROMOTE_AT}
-        return TagTotalsRows(
-            sorted(promoted), [(*key, *figures) for key, figures in self._slots.items() if key[:3] in promoted]
-        )
+        hourly = [(*key, *figures) for key, figures in self._slots.items() if key[:3] in promoted]
+        days: dict[tuple[int, str, str, int, str], Figures] = {}
+        for account_id, name, value, hour, status, count, cpu, duration, nar, start, stop in hourly:
+            day_key = (account_id, name, value, hour - hour % US_PER_DAY, status)
+            day = days.get(day_key)
+            if day is None:
+                days[day_key] = [count, cpu, duration, nar, start, stop]
+                continue
+            day[0] += count
+            day[1] += cpu
+            day[2] += duration
+            day[3] += nar
+            day[4] = min(day[4], start)
+            if stop is not None and (day[5] is None or stop > day[5]):
+                day[5] = stop
+        return TagTotalsRows(sorted(promoted), hourly, [(*key, *figures) for key, figures in days.items()])
 
 
 class BuildTotals:
@@ -150,9 +164,9 @@ class BuildTotals:
 
 
 _TAG_PAIR = "INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)"
-_TAG_DAILY_COLUMNS = ("account_id", "key", "value", "period_us", "status", "builds", "cpu_seconds", "duration_us",
-                      "nar_size_bytes", "first_start_us", "last_stop_us")
-_TAG_DAILY = f"INSERT INTO tag_daily_totals ({', '.join(_TAG_DAILY_COLUMNS)}) VALUES ({', '.join('?' * 11)})"
+_TAG_TOTALS_COLUMNS = ("account_id", "key", "value", "period_us", "status", "builds", "cpu_seconds", "duration_us",
+                       "nar_size_bytes", "first_start_us", "last_stop_us")
+_TAG_TOTALS = "INSERT INTO {table} (" + ", ".join(_TAG_TOTALS_COLUMNS) + ") VALUES (" + ", ".join("?" * 11) + ")"
 _LOG_COLUMNS = ("build_id", "size_bytes", "zlib")
 # A batch's tag rows, as Row.tag_values makes them, read by SQLite from the builds' JSON just inserted:
 # binding millions of tag rows as parameters, and sending them from the reading process, would cost more.
@@ -165,7 +179,7 @@ _TAGS_OF_BUILDS = (
 _USAGE = "INSERT INTO daily_usage (account_id, day_us, builds, cpu_seconds) VALUES (?, ?, ?, ?)"
 # A database with no builds has no totals either; anything left in these tables would be out of step.
 _TOTALS_TABLES = ("hourly_totals", "daily_totals", "daily_usage", "day_figures", "day_summaries", "tag_pairs",
-                  "tag_daily_totals")
+                  "tag_hourly_totals", "tag_daily_totals")
 
 
 class FreshLoad:
@@ -234,7 +248,8 @@ class FreshLoad:
             tag_totals.recompute_all(conn)
         else:
             conn.executemany(_TAG_PAIR, tags.pairs)
-            conn.executemany(_TAG_DAILY, tags.daily)
+            conn.executemany(_TAG_TOTALS.format(table="tag_hourly_totals"), tags.hourly)
+            conn.executemany(_TAG_TOTALS.format(table="tag_daily_totals"), tags.daily)
 
     def _finish_postgres(self, tags: TagTotalsRows | None) -> None:
         """As `finish`, in PostgreSQL: the tag rows and totals are computed from the stored builds, set-based."""
@@ -252,4 +267,5 @@ class FreshLoad:
             tag_totals.recompute_all(conn)
         else:
             bulk.copy_rows(raw, "tag_pairs", ("account_id", "key", "value"), tags.pairs)
-            bulk.copy_rows(raw, "tag_daily_totals", _TAG_DAILY_COLUMNS, tags.daily)
+            bulk.copy_rows(raw, "tag_hourly_totals", _TAG_TOTALS_COLUMNS, tags.hourly)
+            bulk.copy_rows(raw, "tag_daily_totals", _TAG_TOTALS_COLUMNS, tags.daily)

@@ -38,6 +38,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kept_usage", ("account_id", "day_us", "builds", "cpu_seconds")),
     ("tag_pairs", ("account_id", "key", "value")),
     ("tag_daily_totals", ("account_id", "key", "value", *_TOTALS[1:])),
+    ("tag_hourly_totals", ("account_id", "key", "value", *_TOTALS[1:])),
     ("auth.tokens", ("token_id", "account", "digest", "scopes", "label", "created_us", "expires_us", "revoked_us",
                      "last_used_us", "claims")),
     ("auth.trust_policies", ("policy_id", "account", "issuer", "claims", "scopes", "lifetime_s", "created_us")),
@@ -54,6 +55,7 @@ _CHECKS = (
     "SELECT count(*), sum(length(key) + length(value)) FROM build_tags",
     "SELECT count(*), sum(size_bytes) FROM build_logs",
     "SELECT count(*) FROM tag_daily_totals",
+    "SELECT count(*) FROM tag_hourly_totals",
     "SELECT count(*) FROM auth.tokens",
 )
 

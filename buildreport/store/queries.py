@@ -13,7 +13,7 @@ from buildreport.store.filter_sql import Query, in_list
 from buildreport.store.kept import US_PER_DAY as US_PER_DAY
 from buildreport.store.kept import US_PER_HOUR as US_PER_HOUR
 from buildreport.store.kept import KeptTable, answers, whole_periods
-from buildreport.store.tag_totals import TAG_DAILY_TOTALS
+from buildreport.store.tag_totals import TAG_DAILY_TOTALS, TAG_HOURLY_TOTALS
 from buildreport.store.totals import DAILY_TOTALS, HOURLY_TOTALS
 
 
@@ -104,41 +104,29 @@ def summary(account_id: int, build_filter: BuildFilter, promoted: bool = False) 
     """One row per part: whole periods come from kept totals where they may answer the filter (kept.answers),
     the window's ragged edges and everything else from the builds.
 
-    With one tag pair whose totals are kept (`promoted`, see tag_totals), whole days come from its daily totals
-    and the rest of the window from its builds. Otherwise a window `[low, high)` splits into raw builds up to
-    the first whole hour, hourly totals up to the first whole day, daily totals to the last whole day, and back
-    through hours to raw builds at the end. Other tag filters read the builds of their first pair (the rarest:
-    see tag_totals.ranked) and check the others.
+    A window `[low, high)` splits into raw builds up to the first whole hour, hourly totals up to the first whole
+    day, daily totals to the last whole day, and back through hours to raw builds at the end. The totals are the
+    account's, or with one tag pair whose totals are kept (`promoted`, see tag_totals) that pair's. Other tag
+    filters read the builds of their first pair (the rarest: see tag_totals.ranked) and check the others.
     """
+    hourly, daily = (TAG_HOURLY_TOTALS, TAG_DAILY_TOTALS) if promoted else (HOURLY_TOTALS, DAILY_TOTALS)
     low, high = build_filter.create_from_us, build_filter.create_to_us
-    if promoted and answers(TAG_DAILY_TOTALS, build_filter):
-        days = whole_periods(TAG_DAILY_TOTALS, low, high)
-        if days is None:
-            return _raw_summary(account_id, build_filter)
-        first_day, end_day = days
-        parts = [
-            _raw_summary(account_id, _between(build_filter, low, first_day)),
-            _totals_summary(account_id, build_filter, TAG_DAILY_TOTALS, first_day, end_day),
-        ]
-        if end_day is not None:
-            parts.append(_raw_summary(account_id, _between(build_filter, end_day, high)))
-        return _joined(parts)
-    hours = whole_periods(HOURLY_TOTALS, low, high)
-    if hours is None or not (answers(HOURLY_TOTALS, build_filter) and answers(DAILY_TOTALS, build_filter)):
+    hours = whole_periods(hourly, low, high)
+    if hours is None or not (answers(hourly, build_filter) and answers(daily, build_filter)):
         return _raw_summary(account_id, build_filter)
     first_hour, end_hour = hours
     parts = [_raw_summary(account_id, _between(build_filter, low, first_hour))]
-    days = whole_periods(DAILY_TOTALS, low, high)
+    days = whole_periods(daily, low, high)
     if days is not None:
         first_day, end_day = days
         parts += [
-            _totals_summary(account_id, build_filter, HOURLY_TOTALS, first_hour, first_day),
-            _totals_summary(account_id, build_filter, DAILY_TOTALS, first_day, end_day),
+            _totals_summary(account_id, build_filter, hourly, first_hour, first_day),
+            _totals_summary(account_id, build_filter, daily, first_day, end_day),
         ]
         if end_day is not None:
-            parts.append(_totals_summary(account_id, build_filter, HOURLY_TOTALS, end_day, end_hour))
+            parts.append(_totals_summary(account_id, build_filter, hourly, end_day, end_hour))
     else:
-        parts.append(_totals_summary(account_id, build_filter, HOURLY_TOTALS, first_hour, end_hour))
+        parts.append(_totals_summary(account_id, build_filter, hourly, first_hour, end_hour))
     if end_hour is not None:
         parts.append(_raw_summary(account_id, _between(build_filter, end_hour, high)))
     return _joined(parts)

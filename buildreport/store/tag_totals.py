@@ -1,14 +1,16 @@
-"""Daily totals per tag pair, kept only for pairs that match many builds.
+"""Hourly and daily totals per tag pair, kept only for pairs that match many builds.
 
-A summary over one tag pair adds whole days from `tag_daily_totals` to the raw builds at its window's
-edges, as an untagged summary does with `daily_totals`. A pair gets totals (is "promoted" into
-`tag_pairs`) once PROMOTE_AT of an account's builds carry it; a rarer pair is summed from its builds
-through the tag index, which costs at most PROMOTE_AT rows. Near-unique values (a CI run id) therefore
-never get totals, and what is kept stays bounded: at most one promoted pair per PROMOTE_AT tag rows, and
-per promoted pair at most one row per (UTC day, status) with builds, never more rows than it has builds.
+A summary over one tag pair adds whole days from `tag_daily_totals` and whole hours from `tag_hourly_totals`
+to the raw builds at its window's edges, as an untagged summary does with `daily_totals` and `hourly_totals`:
+at most an hour of builds is read at each edge, whatever the hour it is asked. A pair gets totals (is
+"promoted" into `tag_pairs`) once PROMOTE_AT of an account's builds carry it; a rarer pair is summed from its
+builds through the tag index, which costs at most PROMOTE_AT rows. Near-unique values (a CI run id) therefore
+never get totals, and what is kept stays bounded: at most one promoted pair per PROMOTE_AT tag rows, and per
+promoted pair at most one row per (UTC hour or day, status) with builds, never more rows than it has builds.
 
-A write changes the totals of a promoted pair by the differences of the builds it adds and takes away;
-a write touching more pairs than TRACK_LIMIT (a large import) recomputes them all in one pass.
+A write changes the hourly totals of a promoted pair by the differences of the builds it adds and takes away,
+and makes the days it touched again from their hours; a write touching more pairs than TRACK_LIMIT (a large
+import) recomputes them all in one pass.
 """
 
 from __future__ import annotations
@@ -19,27 +21,22 @@ import msgspec
 
 from buildreport.filters import BuildFilter
 from buildreport.store.filter_sql import Query
-from buildreport.store.kept import US_PER_DAY, WINDOW, KeptTable
+from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable
 from buildreport.store.totals import HourDelta
 
-# What its totals may answer (kept.answers): builds of one promoted tag pair created in whole days, per status.
+# What their totals may answer (kept.answers): builds of one promoted tag pair created in whole hours or days,
+# per status.
+TAG_HOURLY_TOTALS = KeptTable("tag_hourly_totals", WINDOW | {"status", "tags"}, US_PER_HOUR, tag_pairs=1).check()
 TAG_DAILY_TOTALS = KeptTable("tag_daily_totals", WINDOW | {"status", "tags"}, US_PER_DAY, tag_pairs=1).check()
-# A pair with this many builds in an account gets daily totals.
+# A pair with this many builds in an account gets hourly and daily totals.
 PROMOTE_AT = 500
 # Past this many touched pairs, one write tracks no more and recomputes every pair in one pass at the end.
 TRACK_LIMIT = 20_000
 
-TABLES = """
-    -- Tag pairs that PROMOTE_AT or more builds of an account carry: their totals are kept below.
-    CREATE TABLE tag_pairs (
-        account_id INTEGER NOT NULL,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        PRIMARY KEY (account_id, key, value)
-    ) WITHOUT ROWID;
-
-    -- Totals per promoted tag pair, UTC day of creation and status; the columns of daily_totals.
-    CREATE TABLE tag_daily_totals (
+# A table of totals per promoted tag pair, UTC period of creation (hour or day) and status; the columns of
+# hourly_totals and daily_totals.
+TABLE = """
+    CREATE TABLE {name} (
         account_id INTEGER NOT NULL,
         key TEXT NOT NULL,
         value TEXT NOT NULL,
@@ -59,55 +56,104 @@ _PROMOTE_ALL = """
 INSERT INTO tag_pairs (account_id, key, value)
 SELECT account_id, key, value FROM build_tags GROUP BY 1, 2, 3 HAVING count(*) >= ?
 """
-_INSERT = (
-    "INSERT INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds, duration_us,"
-    " nar_size_bytes, first_start_us, last_stop_us) "
+_COLUMN_NAMES = (
+    "(account_id, key, value, period_us, status, builds, cpu_seconds, duration_us, nar_size_bytes, first_start_us,"
+    " last_stop_us)"
 )
-_COLUMNS = f"""
-t.create_us - t.create_us % {US_PER_DAY}, b.status, count(*), sum(b.cpu_seconds), coalesce(sum(b.duration_us), 0),
+
+
+def _columns(period: int) -> str:
+    return f"""
+t.create_us - t.create_us % {period}, b.status, count(*), sum(b.cpu_seconds), coalesce(sum(b.duration_us), 0),
 sum(b.nar_size_bytes), min(b.start_us), max(b.stop_us)
 """
-_TOTALS_ALL = f"""
-{_INSERT} SELECT p.account_id, p.key, p.value, {_COLUMNS}
+
+
+def _totals_all(table: KeptTable) -> str:
+    """Every promoted pair's totals in `table`, from its builds."""
+    return f"""
+INSERT INTO {table.name} {_COLUMN_NAMES} SELECT p.account_id, p.key, p.value, {_columns(table.period_us)}
 FROM tag_pairs p CROSS JOIN build_tags t CROSS JOIN builds b
 WHERE t.account_id = p.account_id AND t.key = p.key AND t.value = p.value AND b.build_id = t.build_id
 GROUP BY p.account_id, p.key, p.value, 4, 5
 """
-_TOTALS_OF_PAIR = f"""
-{_INSERT} SELECT t.account_id, t.key, t.value, {_COLUMNS}
+
+
+_PAIR = "account_id = ? AND key = ? AND value = ?"
+# One pair's hourly totals from its builds: all of them, or one (hour, status).
+_HOURS_OF_PAIR = f"""
+INSERT INTO tag_hourly_totals {_COLUMN_NAMES} SELECT t.account_id, t.key, t.value, {_columns(US_PER_HOUR)}
 FROM build_tags t CROSS JOIN builds b
 WHERE b.build_id = t.build_id AND t.account_id = ? AND t.key = ? AND t.value = ? {{where}} GROUP BY 1, 2, 3, 4, 5
 """
-_PAIR_ALL = _TOTALS_OF_PAIR.format(where="")
-_PAIR = "account_id = ? AND key = ? AND value = ?"
+_PAIR_HOURS = _HOURS_OF_PAIR.format(where="")
+_RECOMPUTE_HOUR = _HOURS_OF_PAIR.format(where="AND t.create_us >= ? AND t.create_us < ? AND b.status = ?")
+# Days are their hours added up: sums add; the first start and last stop are the least and greatest of the
+# hours'. That reads at most 24 rows per status where the day's builds would be read.
+_DAYS_FROM_HOURS = f"""
+INSERT INTO tag_daily_totals {_COLUMN_NAMES}
+SELECT account_id, key, value, period_us - period_us % {US_PER_DAY}, status, sum(builds), sum(cpu_seconds),
+       sum(duration_us), sum(nar_size_bytes), min(first_start_us), max(last_stop_us)
+FROM tag_hourly_totals {{where}} GROUP BY 1, 2, 3, 4, 5
+"""
+_ALL_DAYS = _DAYS_FROM_HOURS.format(where="")
+_PAIR_DAYS = _DAYS_FROM_HOURS.format(where=f"WHERE {_PAIR}")
+_DAY_OF_PAIR = _DAYS_FROM_HOURS.format(where=f"WHERE {_PAIR} AND period_us >= ? AND period_us < ?")
 # At most PROMOTE_AT index entries are read to tell whether a pair has reached it.
 _REACHED = f"SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE {_PAIR} LIMIT ?) AS reached"
 
-# What a migration runs to give an existing database its tag totals.
-MIGRATION = TABLES + _PROMOTE_ALL.replace("?", str(PROMOTE_AT)) + ";\n" + _TOTALS_ALL + ";\n"
+# What a migration to schema 5 ran to give an existing database its daily tag totals; the hourly ones came
+# later (add_hourly).
+MIGRATION = (
+    """
+    -- Tag pairs that PROMOTE_AT or more builds of an account carry: their totals are kept below.
+    CREATE TABLE tag_pairs (
+        account_id INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (account_id, key, value)
+    ) WITHOUT ROWID;
+"""
+    + TABLE.format(name="tag_daily_totals")
+    + _PROMOTE_ALL.replace("?", str(PROMOTE_AT))
+    + ";\n"
+    + _totals_all(TAG_DAILY_TOTALS)
+    + ";\n"
+)
+# Every promoted pair's hourly totals, from its builds.
+FILL_HOURLY = _totals_all(TAG_HOURLY_TOTALS)
+
+
+def add_hourly(conn: sqlite3.Connection, table: str) -> None:
+    """The migration step that gives the pairs already promoted their hourly totals, made anew whatever a
+    database taken back to an earlier step still holds; `table` is the engine's definition of the table."""
+    conn.execute("DROP TABLE IF EXISTS tag_hourly_totals")
+    conn.execute(table)
+    conn.execute(FILL_HOURLY)
+
 
 def recompute_all(conn: sqlite3.Connection) -> None:
     """Promote every pair that has reached PROMOTE_AT and rebuild all tag totals from the builds."""
+    conn.execute("DELETE FROM tag_hourly_totals")
     conn.execute("DELETE FROM tag_daily_totals")
     conn.execute("DELETE FROM tag_pairs")
     conn.execute(_PROMOTE_ALL, (PROMOTE_AT,))
-    conn.execute(_TOTALS_ALL)
+    conn.execute(FILL_HOURLY)
+    conn.execute(_ALL_DAYS)
 
 
 _ROW = (
-    "SELECT builds, cpu_seconds, duration_us, nar_size_bytes, first_start_us, last_stop_us FROM tag_daily_totals"
+    "SELECT builds, cpu_seconds, duration_us, nar_size_bytes, first_start_us, last_stop_us FROM tag_hourly_totals"
     f" WHERE {_PAIR} AND period_us = ? AND status = ?"
 )
-_DELETE = f"DELETE FROM tag_daily_totals WHERE {_PAIR} AND period_us = ? AND status = ?"
+_DELETE = f"DELETE FROM tag_hourly_totals WHERE {_PAIR} AND period_us = ? AND status = ?"
 _UPSERT = (
-    "INSERT INTO tag_daily_totals (account_id, key, value, period_us, status, builds, cpu_seconds,"
-    " duration_us, nar_size_bytes, first_start_us, last_stop_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO tag_hourly_totals {_COLUMN_NAMES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (account_id, key, value, period_us, status) DO UPDATE SET builds = excluded.builds,"
     " cpu_seconds = excluded.cpu_seconds, duration_us = excluded.duration_us,"
     " nar_size_bytes = excluded.nar_size_bytes, first_start_us = excluded.first_start_us,"
     " last_stop_us = excluded.last_stop_us"
 )
-_RECOMPUTE = _TOTALS_OF_PAIR.format(where="AND t.create_us >= ? AND t.create_us < ? AND b.status = ?")
 
 Pair = tuple[int, str, str]  # (account id, key, value)
 Stats = tuple[str, int, int | None, int, int, int | None]  # status, cpu, duration_us, nar, start_us, stop_us
@@ -123,10 +169,10 @@ def _most(*values: int | None) -> int | None:
     return max(present) if present else None
 
 
-def _apply_delta(conn: sqlite3.Connection, pair: Pair, day: int, status: str, delta: HourDelta) -> None:
-    """Add one (pair, day, status)'s differences; read its builds again only when a build taken away may
+def _apply_delta(conn: sqlite3.Connection, pair: Pair, hour: int, status: str, delta: HourDelta) -> None:
+    """Add one (pair, hour, status)'s differences; read its builds again only when a build taken away may
     have held the first start or the last stop."""
-    key = (*pair, day, status)
+    key = (*pair, hour, status)
     row = conn.execute(_ROW, key).fetchone() or (0, 0, 0, 0, None, None)
     builds = row[0] + delta.builds
     if builds <= 0:
@@ -137,29 +183,41 @@ def _apply_delta(conn: sqlite3.Connection, pair: Pair, day: int, status: str, de
         delta.last_removed is not None and last is not None and delta.last_removed >= last
     ):
         conn.execute(_DELETE, key)
-        conn.execute(_RECOMPUTE, (*pair, day, day + US_PER_DAY, status))
+        conn.execute(_RECOMPUTE_HOUR, (*pair, hour, hour + US_PER_HOUR, status))
         return
     sums = (row[1] + delta.cpu, row[2] + delta.duration, row[3] + delta.nar)
     conn.execute(_UPSERT, (*key, builds, *sums, first, last))
 
 
+def _promote(conn: sqlite3.Connection, pair: Pair) -> None:
+    """Make a pair that reached PROMOTE_AT a promoted one, its totals computed from its builds once."""
+    conn.execute("INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)", pair)
+    conn.execute(f"DELETE FROM tag_hourly_totals WHERE {_PAIR}", pair)
+    conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR}", pair)
+    conn.execute(_PAIR_HOURS, pair)
+    conn.execute(_PAIR_DAYS, pair)
+
+
 def apply_touched(conn: sqlite3.Connection, touched: dict[Pair, dict[tuple[int, str], HourDelta]]) -> None:
-    """Bring the totals of every pair a write touched in step by differences; promote pairs that reached
-    PROMOTE_AT, computing their totals from their builds once."""
+    """Bring the totals of every pair a write touched in step by differences, hours first and then the days
+    made of them; promote pairs that reached PROMOTE_AT."""
     for pair, deltas in touched.items():
         if conn.execute(f"SELECT 1 FROM tag_pairs WHERE {_PAIR}", pair).fetchone() is None:
             (count,) = conn.execute(_REACHED, (*pair, PROMOTE_AT)).fetchone()
             if count >= PROMOTE_AT:
-                conn.execute("INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)", pair)
-                conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR}", pair)
-                conn.execute(_PAIR_ALL, pair)
+                _promote(conn, pair)
             continue
-        for (day, status), delta in deltas.items():
-            _apply_delta(conn, pair, day, status, delta)
+        days = set()
+        for (hour, status), delta in deltas.items():
+            _apply_delta(conn, pair, hour, status, delta)
+            days.add(hour - hour % US_PER_DAY)
+        for day in sorted(days):
+            conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR} AND period_us = ?", (*pair, day))
+            conn.execute(_DAY_OF_PAIR, (*pair, day, day + US_PER_DAY))
 
 
 class TagTouches:
-    """What the builds a write adds and takes away change in each (pair, day, status), until there are too
+    """What the builds a write adds and takes away change in each (pair, hour, status), until there are too
     many pairs to track."""
 
     def __init__(self) -> None:
@@ -173,11 +231,11 @@ class TagTouches:
         for (account_id, key, value, create_us, *_), (status, cpu, duration, nar, start, stop) in zip(
             tags, stats, strict=True
         ):
-            days = self.touched.setdefault((account_id, key, value), {})
-            slot = (create_us - create_us % US_PER_DAY, status)
-            delta = days.get(slot)
+            hours = self.touched.setdefault((account_id, key, value), {})
+            slot = (create_us - create_us % US_PER_HOUR, status)
+            delta = hours.get(slot)
             if delta is None:
-                delta = days[slot] = HourDelta()
+                delta = hours[slot] = HourDelta()
             delta.add(sign, cpu, duration, nar, start, stop)
         if len(self.touched) > TRACK_LIMIT:
             self.overflow, self.touched = True, {}

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from buildreport.store import day_figures, day_summaries, events_schema, trust
+from buildreport.store import day_figures, day_summaries, events_schema, tag_totals, trust
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres.connection import MIGRATION_LOCK, TOKENS_CHANNEL, PgConnection
 
@@ -47,6 +47,10 @@ def _keep_day_summaries(conn: psycopg.Connection[Any]) -> None:
     conn.execute("DROP TABLE IF EXISTS day_summaries")
     conn.execute(day_summaries.TABLE.format(integer="BIGINT", blob="BYTEA", without_rowid=""))
     day_summaries.fill(PgConnection(conn, ""))
+
+
+def _add_tag_hourly_totals(conn: psycopg.Connection[Any]) -> None:
+    tag_totals.add_hourly(PgConnection(conn, ""), _totals_table("tag_hourly_totals", tagged=True))
 
 
 # The tables of the SQLite schema at its version 5, with PostgreSQL's types; each later entry migrates from
@@ -188,6 +192,8 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     # Day summaries again: at ten million builds, ranking each day's values of every status grows past what a
     # year by day may take (bench/notes.md).
     _keep_day_summaries,
+    # Hourly totals of the promoted tag pairs (see the SQLite schema).
+    _add_tag_hourly_totals,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -282,8 +288,8 @@ def refresh_statistics(conn: PgConnection, builds_written: int) -> None:
 # Everything buildreport creates in its database, for `demo` to take away what a failed start made.
 _OBJECTS = (
     "builds", "build_tags", "build_logs", "day_figures", "day_summaries", "hourly_totals", "daily_totals",
-    "daily_usage", "kept_usage", "tag_pairs", "tag_daily_totals", "deliveries", "hooks", "events", "event_series",
-    "accounts", "buildreport_schema",
+    "daily_usage", "kept_usage", "tag_pairs", "tag_daily_totals", "tag_hourly_totals", "deliveries", "hooks",
+    "events", "event_series", "accounts", "buildreport_schema",
 )  # fmt: skip
 
 

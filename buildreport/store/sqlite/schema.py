@@ -51,6 +51,10 @@ def _keep_day_summaries(conn: sqlite3.Connection) -> None:
     day_summaries.fill(conn)
 
 
+def _add_tag_hourly_totals(conn: sqlite3.Connection) -> None:
+    tag_totals.add_hourly(conn, tag_totals.TABLE.format(name="tag_hourly_totals"))
+
+
 # A step of the schema: a script, or a function given the connection (inside the step's transaction).
 Migration = str | Callable[[sqlite3.Connection], None]
 # Each entry migrates from version i to i + 1.
@@ -205,6 +209,8 @@ MIGRATIONS += (
     # Day summaries again: at ten million builds, ranking each day's values of every status grows past what a
     # year by day may take (bench/notes.md).
     _keep_day_summaries,
+    # Hourly totals of the promoted tag pairs: a summary over one reads at most an hour of builds at each edge.
+    _add_tag_hourly_totals,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
