@@ -82,8 +82,8 @@ def main(db: str, runs: int) -> None:
         def run() -> object:
             ranked, promoted = build_filter, False
             if tags:
-                sizes = [rows(q)[0][0] for q in tag_totals.pair_size_queries(account_id, build_filter)]
-                ranked, promoted = tag_totals.ranked(build_filter, sizes)
+                (sizes,) = rows(tag_totals.pair_sizes(account_id, build_filter))
+                ranked, promoted = tag_totals.ranked(build_filter, list(sizes))
             return merge_summary_rows(rows(queries.summary(account_id, ranked, promoted)))
 
         return run

@@ -85,8 +85,11 @@ QUERIES = {
         BuildFilter(create_from_us=START, create_to_us=START + 10 * US_PER_DAY, tags=(("project", "web"),)),
         promoted=True,
     ),
-    "tag pair size, open": tag_totals.tag_pair_size(1, "project", "web", FILTERS["one tag"], 500),
-    "tag pair size, closed": tag_totals.tag_pair_size(1, "project", "web", FILTERS["closed window"], 500),
+    "tag pair size, open": tag_totals.pair_sizes(1, FILTERS["one tag"]),
+    "tag pair size, closed": tag_totals.pair_sizes(
+        1, BuildFilter(create_from_us=START, create_to_us=START + 1, tags=(("project", "web"),))
+    ),
+    "tag pair sizes, two pairs": tag_totals.pair_sizes(1, FILTERS["two tags and status"]),
     "tag pair reached the threshold (writes)": (tag_totals._REACHED, [1, "project", "web", 500]),
     "tag totals of one hour and status (writes)": (tag_totals._RECOMPUTE_HOUR,
                                                    [1, "project", "web", 0, US_PER_HOUR, "built"]),

@@ -70,8 +70,8 @@ def check_kept(conn: sqlite3.Connection, promote_at: int) -> None:
 
 def order_tags(lookup, account_id: int, build_filter: BuildFilter) -> tuple[BuildFilter, bool]:
     """The filter ranked as the reader ranks it, with the pairs' sizes read through `lookup`."""
-    sizes = [lookup(query)[0][0] for query in tag_totals.pair_size_queries(account_id, build_filter)]
-    return tag_totals.ranked(build_filter, sizes)
+    (sizes,) = lookup(tag_totals.pair_sizes(account_id, build_filter))
+    return tag_totals.ranked(build_filter, list(sizes))
 
 
 def summary_equals_raw(conn: sqlite3.Connection, account_id: int, build_filter: BuildFilter) -> None:
@@ -226,6 +226,9 @@ def test_tag_order_puts_the_rarest_pair_first(tmp_path, tags, first):
         conn = open_database(tmp_path / "t.db")
         import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
         build_filter = BuildFilter(create_from_us=0, tags=tags)
+        # One row, a column per pair in the filter's order: -1 for the promoted pair, else its builds.
+        (sizes,) = conn.execute(*tag_totals.pair_sizes(1, build_filter)).fetchall()
+        assert sizes == tuple({"project": -1, "run": 1}[key] for key, _ in tags)
         ordered, promoted = order_tags(lambda q: conn.execute(*q).fetchall(), 1, build_filter)
         assert ordered.tags[0] == first
         assert promoted == (len(tags) == 1)

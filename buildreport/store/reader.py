@@ -229,8 +229,8 @@ class Reader(abc.ABC):
     async def summary(self, account_id: int, build_filter: BuildFilter, now_us: int) -> BuildSummary:
         promoted = False
         if build_filter.tags:
-            sizes = [(await self._key(q))[0][0] for q in tag_totals.pair_size_queries(account_id, build_filter)]
-            build_filter, promoted = tag_totals.ranked(build_filter, sizes)
+            (sizes,) = await self._key(tag_totals.pair_sizes(account_id, build_filter))
+            build_filter, promoted = tag_totals.ranked(build_filter, list(sizes))
         rows = await self._rows(queries.summary(account_id, build_filter, promoted))
         return summary_from_row(merge_summary_rows(rows), now_us)
 

@@ -247,7 +247,7 @@ class TagTouches:
             apply_touched(conn, self.touched)
 
 
-def tag_pair_size(account_id: int, key: str, value: str, build_filter: BuildFilter, cap: int) -> Query:
+def _pair_size(account_id: int, key: str, value: str, build_filter: BuildFilter, cap: int) -> Query:
     """-1 for a pair whose totals are kept (it matches many builds); otherwise how many of its builds lie in
     the filter's window, counted up to `cap` (a pair without totals has fewer builds than that in all)."""
     window = "create_us >= ?" + (" AND create_us < ?" if build_filter.create_to_us is not None else "")
@@ -255,17 +255,19 @@ def tag_pair_size(account_id: int, key: str, value: str, build_filter: BuildFilt
     if build_filter.create_to_us is not None:
         params.append(build_filter.create_to_us)
     sql = (
-        "SELECT CASE WHEN EXISTS (SELECT 1 FROM tag_pairs WHERE account_id = ? AND key = ? AND value = ?) THEN -1"
+        "CASE WHEN EXISTS (SELECT 1 FROM tag_pairs WHERE account_id = ? AND key = ? AND value = ?) THEN -1"
         " ELSE (SELECT count(*) FROM (SELECT 1 FROM build_tags WHERE account_id = ? AND key = ? AND value = ?"
         f" AND {window} LIMIT ?) AS reached) END"
     )
     return sql, [*params, cap]
 
 
-def pair_size_queries(account_id: int, build_filter: BuildFilter) -> list[Query]:
-    """For each tag pair of the filter, a query that yields -1 when its totals are kept, else its builds in the
-    window counted up to PROMOTE_AT: pairs without totals have fewer builds than that, so it reads few entries."""
-    return [tag_pair_size(account_id, key, value, build_filter, PROMOTE_AT) for key, value in build_filter.tags]
+def pair_sizes(account_id: int, build_filter: BuildFilter) -> Query:
+    """One row with a column per tag pair of the filter: -1 when its totals are kept, else its builds in the
+    window counted up to PROMOTE_AT (pairs without totals have fewer builds than that, so each reads few
+    entries). One statement for all the pairs: a summary asks once, whatever the number of its pairs."""
+    sizes = [_pair_size(account_id, key, value, build_filter, PROMOTE_AT) for key, value in build_filter.tags]
+    return "SELECT " + ", ".join(sql for sql, _ in sizes), [p for _, params in sizes for p in params]
 
 
 def ranked(build_filter: BuildFilter, sizes: list[int]) -> tuple[BuildFilter, bool]:
