@@ -69,8 +69,7 @@ def _count(slots: dict, key: tuple, cpu: int, duration: int, nar: int, start: in
 
 class TagTotalsRows(msgspec.Struct, array_like=True):
     pairs: list[tuple]  # tag_pairs: the pairs promoted
-    hourly: list[tuple]  # their tag_hourly_totals
-    daily: list[tuple]  # their tag_daily_totals: the sums of those hours
+    hourly: list[tuple]  # their tag_hourly_totals; the daily ones are made from these where they are stored
 
 
 class TagTotals:
@@ -102,21 +101,7 @@ class TagTotals:
             builds[key[:3]] += figures[0]
         promoted = {pair for pair, count in builds.items() if count >= tag_totals.PROMOTE_AT}
         hourly = [(*key, *figures) for key, figures in self._slots.items() if key[:3] in promoted]
-        days: dict[tuple[int, str, str, int, str], Figures] = {}
-        for account_id, name, value, hour, status, count, cpu, duration, nar, start, stop in hourly:
-            day_key = (account_id, name, value, hour - hour % US_PER_DAY, status)
-            day = days.get(day_key)
-            if day is None:
-                days[day_key] = [count, cpu, duration, nar, start, stop]
-                continue
-            day[0] += count
-            day[1] += cpu
-            day[2] += duration
-            day[3] += nar
-            day[4] = min(day[4], start)
-            if stop is not None and (day[5] is None or stop > day[5]):
-                day[5] = stop
-        return TagTotalsRows(sorted(promoted), hourly, [(*key, *figures) for key, figures in days.items()])
+        return TagTotalsRows(sorted(promoted), hourly)
 
 
 class BuildTotals:
@@ -166,7 +151,7 @@ class BuildTotals:
 _TAG_PAIR = "INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)"
 _TAG_TOTALS_COLUMNS = ("account_id", "key", "value", "period_us", "status", "builds", "cpu_seconds", "duration_us",
                        "nar_size_bytes", "first_start_us", "last_stop_us")
-_TAG_TOTALS = "INSERT INTO {table} (" + ", ".join(_TAG_TOTALS_COLUMNS) + ") VALUES (" + ", ".join("?" * 11) + ")"
+_TAG_HOURLY = f"INSERT INTO tag_hourly_totals ({', '.join(_TAG_TOTALS_COLUMNS)}) VALUES ({', '.join('?' * 11)})"
 _LOG_COLUMNS = ("build_id", "size_bytes", "zlib")
 # A batch's tag rows, as Row.tag_values makes them, read by SQLite from the builds' JSON just inserted:
 # binding millions of tag rows as parameters, and sending them from the reading process, would cost more.
@@ -248,8 +233,8 @@ class FreshLoad:
             tag_totals.recompute_all(conn)
         else:
             conn.executemany(_TAG_PAIR, tags.pairs)
-            conn.executemany(_TAG_TOTALS.format(table="tag_hourly_totals"), tags.hourly)
-            conn.executemany(_TAG_TOTALS.format(table="tag_daily_totals"), tags.daily)
+            conn.executemany(_TAG_HOURLY, tags.hourly)
+            tag_totals.days_from_hours(conn)
 
     def _finish_postgres(self, tags: TagTotalsRows | None) -> None:
         """As `finish`, in PostgreSQL: the tag rows and totals are computed from the stored builds, set-based."""
@@ -268,4 +253,4 @@ class FreshLoad:
         else:
             bulk.copy_rows(raw, "tag_pairs", ("account_id", "key", "value"), tags.pairs)
             bulk.copy_rows(raw, "tag_hourly_totals", _TAG_TOTALS_COLUMNS, tags.hourly)
-            bulk.copy_rows(raw, "tag_daily_totals", _TAG_TOTALS_COLUMNS, tags.daily)
+            tag_totals.days_from_hours(conn)

@@ -139,6 +139,11 @@ def recompute_all(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM tag_pairs")
     conn.execute(_PROMOTE_ALL, (PROMOTE_AT,))
     conn.execute(FILL_HOURLY)
+    days_from_hours(conn)
+
+
+def days_from_hours(conn: sqlite3.Connection) -> None:
+    """Every promoted pair's daily totals, from its hourly totals (the table must hold none yet)."""
     conn.execute(_ALL_DAYS)
 
 
