@@ -7,14 +7,23 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import httpx
+import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import Env, auth, query, record
+from conftest import NOW, Env, auth, query, record
 
 from buildreport.cli.main import main
+from buildreport.filters import BuildFilter, ListQuery
+from buildreport.models import BuildStatus
+from buildreport.store import queries
+from buildreport.store.filter_sql import BinaryResults
+from buildreport.store.postgres import stats_queries as postgres_stats
+from buildreport.store.postgres.connection import translate
 from buildreport.store.postgres.schema import SCHEMA_VERSION
+from buildreport.times import to_us
 
 
 @pytest.fixture
@@ -217,3 +226,26 @@ def test_a_malformed_url_is_one_line_without_its_password(url, command):
     out = result.stdout + result.stderr
     assert result.exit_code == 1 and out.startswith("Error: cannot use postgresql://"), out
     assert "Traceback" not in out and "secret" not in out and out.count("\n") == 1, out
+
+
+def test_statements_read_in_binary_form_give_the_rows_their_text_form_gives(pg_env):
+    """A page of builds, one build, an export page and kept day figures are read in PostgreSQL's binary form
+    (bytea as its bytes, not hex): each gives the same rows as in text, so the form never changes an answer."""
+    pg_env.load([record(1), record(2, create_time=NOW - timedelta(days=3)), record(3, build_status="build_failed")])
+    ((account_id,),) = query(pg_env.db, "SELECT account_id FROM accounts WHERE name = 'acme'")
+    window = BuildFilter(create_from_us=0)
+    statements = [
+        queries.list_builds(account_id, ListQuery(filter=window, limit=2)),
+        queries.get_build(account_id, 2),
+        *postgres_stats.body_parts([1, 2, 3]),
+        postgres_stats.kept_days(account_id, window, 0, to_us(NOW)),
+        postgres_stats.kept_days(account_id, BuildFilter(create_from_us=0, statuses=(BuildStatus.built,)), 0,
+                                 to_us(NOW)),
+    ]
+    with psycopg.connect(pg_env.db) as conn:
+        for sql, params in statements:
+            assert isinstance(sql, BinaryResults), sql
+            text, binary = (
+                conn.cursor(binary=form).execute(translate(sql), params).fetchall() for form in (False, True)
+            )
+            assert binary == text and binary, sql

@@ -369,6 +369,20 @@ def test_statistics_by_tag_read_only_the_tag_index_on_postgresql(pg_conn, name):
         assert reads and set(reads) == {"Index Only Scan"}, f"{name}: {document}"
 
 
+@pytest.mark.parametrize("kind", ["derivation_path", "status", "hour", "day"])
+def test_groupings_of_a_window_read_builds_only_from_the_time_index_on_postgresql(pg_conn, kind):
+    """A window's builds grouped by derivation path (the dashboard), status or hour, and a grouping by day's
+    partial days, are read from the time index alone, which holds what they group by and sum: fetched from the
+    table, each build's row is read, JSON and all."""
+    window = WHOLE_DAYS if kind == "day" else FILTERS["closed window"]
+    reads = []
+    for sql, params in postgres_stats.stats_parts(1, window, GroupBy(kind)):
+        ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
+        document = json.loads(plan) if isinstance(plan, str) else plan
+        reads += _node_types(document[0]["Plan"], "builds")
+    assert reads and set(reads) == {"Index Only Scan"}, reads
+
+
 @pytest.mark.parametrize("kind", ["summary", "list"])
 def test_each_further_tag_pair_is_one_lookup_by_its_whole_key_on_postgresql(pg_conn, kind):
     """Planned without statistics (a table just filled), every pair after the first is still looked up by its

@@ -14,6 +14,13 @@ from buildreport.models import BuildStatus
 Query = tuple[str, list[object]]
 
 
+class BinaryResults(str):
+    """SQL whose result columns are only integers, text and bytes (stored JSON, kept figures), which an engine
+    whose server can send columns in binary form fetches so: PostgreSQL otherwise sends a bytea value as hex of
+    twice its size for the client to decode. Never a sum (numeric in PostgreSQL) or JSON: their binary forms
+    load as other types than SQLite gives. SQLite has one form and ignores the mark."""
+
+
 def in_list(statuses: frozenset[BuildStatus]) -> str:
     """A fixed set of statuses as an SQL list: names from the code, never request text."""
     return "(" + ",".join(f"'{s.value}'" for s in sorted(statuses, key=lambda s: s.value)) + ")"

@@ -7,7 +7,7 @@ import msgspec
 from buildreport.filters import BuildFilter, ListQuery, UsageQuery
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
 from buildreport.store import filter_sql
-from buildreport.store.filter_sql import Query, in_list
+from buildreport.store.filter_sql import BinaryResults, Query, in_list
 
 # The periods are also read from here by other store modules.
 from buildreport.store.kept import US_PER_DAY as US_PER_DAY
@@ -27,7 +27,7 @@ def list_builds(account_id: int, query: ListQuery) -> Query:
     source, where, params, keys = ordered(account_id, query)
     columns = f"b.body, b.body_hash, {', '.join(keys)}"
     sql = f"SELECT {columns} FROM {source} WHERE {where} ORDER BY {_order(keys)} LIMIT ?"
-    return sql, [*params, query.limit + 1]
+    return BinaryResults(sql), [*params, query.limit + 1]
 
 
 def ordered(account_id: int, query: ListQuery) -> tuple[str, str, list[object], tuple[str, str]]:
@@ -151,7 +151,7 @@ def usage(account_id: int, query: UsageQuery) -> Query:
 
 
 def get_build(account_id: int, build_id: int) -> Query:
-    return "SELECT body FROM builds WHERE build_id = ? AND account_id = ?", [build_id, account_id]
+    return BinaryResults("SELECT body FROM builds WHERE build_id = ? AND account_id = ?"), [build_id, account_id]
 
 
 def token_by_digest(digest: bytes) -> Query:

@@ -32,13 +32,6 @@ def translate(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
-class BinaryResults(str):
-    """SQL whose result columns the server sends in its binary form, for a statement that reads large bytea
-    values (a year of kept day figures): each arrives as its bytes, where the text form sends hex of twice the
-    size for the client to decode (a third of the statement's time). Only for columns of integers, text and
-    bytea: numeric and json, which `configure` reads as SQLite gives them, have binary loaders of their own."""
-
-
 class _WholeNumeric(Loader):
     """`sum()` of integers is `numeric` in PostgreSQL; the store's figures are whole numbers, as in SQLite."""
 

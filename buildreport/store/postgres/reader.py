@@ -21,8 +21,9 @@ from psycopg_pool import AsyncConnectionPool
 from buildreport.store import queries
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT
+from buildreport.store.filter_sql import BinaryResults
 from buildreport.store.postgres import stats_queries as postgres_stats
-from buildreport.store.postgres.connection import BinaryResults, configure, connect_kwargs, translate
+from buildreport.store.postgres.connection import configure, connect_kwargs, translate
 from buildreport.store.postgres.listener import TokenChanges
 from buildreport.store.queue import Turns
 from buildreport.store.reader import Reader

@@ -28,9 +28,8 @@ from buildreport.models import FAILED
 from buildreport.store import filter_sql
 from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.day_summaries import DAY_SUMMARIES
-from buildreport.store.filter_sql import Query, in_list
+from buildreport.store.filter_sql import BinaryResults, Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, answers, whole_periods
-from buildreport.store.postgres.connection import BinaryResults
 from buildreport.store.stats_queries import TAG_ROW_FIELDS, figures_by_kind, figures_by_status, stopped_billable
 from buildreport.times import now_us
 
@@ -166,7 +165,7 @@ def body_parts(build_ids: Sequence[int]) -> list[Query]:
     """One query, of the row `stats_queries.body_parts` describes: PostgreSQL reads ahead on its own."""
     sql = ("SELECT json_agg(build_id ORDER BY build_id)::text, string_agg(body, '\\x0a'::bytea ORDER BY build_id)"
            " FROM builds WHERE build_id = ANY(?)")
-    return [(sql, [list(build_ids)])]
+    return [(BinaryResults(sql), [list(build_ids)])]
 
 
 def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
