@@ -370,10 +370,10 @@ def test_statistics_by_tag_read_only_the_tag_index_on_postgresql(pg_conn, name):
 
 
 @pytest.mark.parametrize("kind", ["derivation_path", "status", "hour", "day"])
-def test_groupings_of_a_window_read_builds_only_from_the_time_index_on_postgresql(pg_conn, kind):
+def test_groupings_of_a_window_read_builds_only_from_an_index_on_postgresql(pg_conn, kind):
     """A window's builds grouped by derivation path (the dashboard), status or hour, and a grouping by day's
-    partial days, are read from the time index alone, which holds what they group by and sum: fetched from the
-    table, each build's row is read, JSON and all."""
+    partial days, are read from an index alone (the time or the derivation index, which both hold what they
+    group by and sum): fetched from the table, each build's row is read, JSON and all."""
     window = WHOLE_DAYS if kind == "day" else FILTERS["closed window"]
     reads = []
     for sql, params in postgres_stats.stats_parts(1, window, GroupBy(kind)):
