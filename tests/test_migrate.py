@@ -88,12 +88,16 @@ def test_the_copy_takes_new_builds_and_accounts_after_the_copied_ones(source, pg
     assert query(pg_url, "SELECT count(*) FROM builds") == [(62,)]
 
 
-def test_a_large_copy_leaves_the_planner_statistics_of_what_it_copied(tmp_path, pg_url):
+def test_a_large_copy_leaves_planner_statistics_and_its_pages_marked_all_visible(tmp_path, pg_url):
     env = Env(tmp_path, tmp_path / "source.db")
     env.load(_records(pg_schema.ANALYZE_AT_LEAST + 50))
     assert _run("migrate", "--from", str(env.db), "--to", pg_url)[0] == 0
-    ((described,),) = query(pg_url, "SELECT reltuples FROM pg_class WHERE oid = 'builds'::regclass")
+    ((described, pages, visible),) = query(
+        pg_url, "SELECT reltuples, relpages, relallvisible FROM pg_class WHERE oid = 'builds'::regclass"
+    )
     assert described == pg_schema.ANALYZE_AT_LEAST + 50
+    # Every page is marked all-visible, so index-only scans need not fetch the rows they read.
+    assert pages > 0 and visible == pages
 
 
 def test_a_target_that_holds_builds_is_refused_and_left_alone(source, pg_url):

@@ -205,6 +205,8 @@ def test_a_large_import_leaves_planner_statistics_and_a_small_one_leaves_them_be
     path = write_jsonl(pg_env.tmp / "bulk.jsonl", [record(n) for n in range(100, 100 + ANALYZE_AT_LEAST)])
     cli("import", "--db", pg_env.db, str(path))
     assert described() == ANALYZE_AT_LEAST + 10
+    ((pages, visible),) = query(pg_env.db, "SELECT relpages, relallvisible FROM pg_class WHERE relname = 'builds'")
+    assert pages > 0 and visible == pages  # vacuumed: index-only scans fetch no rows
 
 
 def test_connections_run_their_queries_without_jit_compilation(pg_url):

@@ -47,9 +47,11 @@ def open_auth(db: str) -> Any:
 
 def bulk_write(conn: Any) -> AbstractContextManager[None]:
     """Around one large write transaction: SQLite's settings for it (sqlite.bulk.bulk_write); PostgreSQL
-    needs none."""
+    commits it synchronously (postgres.bulk.synchronous_commit)."""
     if getattr(conn, "engine", None) == "postgresql":
-        return nullcontext()
+        from buildreport.store.postgres.bulk import synchronous_commit
+
+        return synchronous_commit(conn.raw)
     from buildreport.store.sqlite.bulk import bulk_write as sqlite_bulk_write
 
     return sqlite_bulk_write(conn)
@@ -78,8 +80,9 @@ def loads_fresh(conn: Any) -> bool:
 
 
 def after_bulk_write(conn: Any, builds_written: int) -> None:
-    """The engine's upkeep after a large committed write: PostgreSQL's planner statistics are brought up to
-    date; SQLite plans from its indexes alone and needs nothing."""
+    """The engine's upkeep after a large committed write: PostgreSQL vacuums the new pages and brings its
+    planner statistics up to date (postgres.schema.refresh_statistics); SQLite plans from its indexes alone
+    and needs nothing."""
     if getattr(conn, "engine", None) == "postgresql":
         from buildreport.store.postgres.schema import refresh_statistics
 

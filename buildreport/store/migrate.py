@@ -82,7 +82,7 @@ def migrate(source: Path | str, target: str, on_table: Callable[[str, int], None
         copied: dict[str, int] = {}
         started = time.perf_counter()
         src.execute("BEGIN")  # one consistent picture of the source
-        with dst.raw.transaction():
+        with bulk.synchronous_commit(dst.raw), dst.raw.transaction():
             dst.raw.execute("TRUNCATE auth.tokens, auth.trust_policies, auth.signing_keys")
             for table, columns in TABLES:
                 copied[table] = _copy_table(src, dst.raw, table, columns)

@@ -98,6 +98,19 @@ NEXT_ACCOUNT_ID = (
 )
 
 
+@contextmanager
+def synchronous_commit(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Around a large write that a vacuum follows (schema.refresh_statistics): its commit waits for its WAL to
+    reach the disk, even on a server that commits asynchronously. A vacuum marks a page all-visible only once
+    the commit of its rows is flushed, and each row of a page not so marked is fetched by an index-only scan
+    that reads it; one flush costs nothing beside a bulk write."""
+    conn.execute("SET synchronous_commit = on")
+    try:
+        yield
+    finally:
+        conn.execute("RESET synchronous_commit")
+
+
 def holds_builds(conn: Any) -> bool:
     return conn.execute("SELECT 1 FROM builds LIMIT 1").fetchone() is not None
 

@@ -282,14 +282,17 @@ ANALYZE_AT_LEAST = 1000
 
 
 def refresh_statistics(conn: PgConnection, builds_written: int) -> None:
-    """ANALYZE after a large write. Autovacuum would, but only a minute or more later: until then the planner
-    takes a freshly filled table for an empty one and picks plans that scan where they should look up (a
-    three-tag summary took 300 ms instead of 0.3 ms)."""
+    """VACUUM and ANALYZE after a large write. Autovacuum would, but only a minute or more later: until then the
+    planner takes a freshly filled table for an empty one and picks plans that scan where they should look up
+    (a three-tag summary took 300 ms instead of 0.3 ms), and an index-only scan of the builds fetches every row
+    it reads from the table, as no page is yet marked all-visible (a 30-day grouping by derivation at 10M
+    builds: 986 ms before the vacuum, 371 after)."""
     if builds_written < ANALYZE_AT_LEAST:
         return
     row = conn.raw.execute("SELECT reltuples FROM pg_class WHERE oid = 'builds'::regclass").fetchone()
     described = max(float(row[0]), 0.0) if row is not None else 0.0  # -1: never analysed
     if builds_written >= ANALYZE_SHARE * described:
+        conn.raw.execute("VACUUM builds, build_tags")
         conn.raw.execute("ANALYZE")
 
 
