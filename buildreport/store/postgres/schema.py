@@ -274,7 +274,6 @@ def signing_key(url: str) -> str:
         conn.close()
 
 
-
 # A bulk write refreshes the planner's statistics once it adds this share of the builds the statistics
 # describe (autovacuum's own default), and at least ANALYZE_AT_LEAST builds.
 ANALYZE_SHARE = 0.1
@@ -283,10 +282,9 @@ ANALYZE_AT_LEAST = 1000
 
 def refresh_statistics(conn: PgConnection, builds_written: int) -> None:
     """VACUUM and ANALYZE after a large write. Autovacuum would, but only a minute or more later: until then the
-    planner takes a freshly filled table for an empty one and picks plans that scan where they should look up
-    (a three-tag summary took 300 ms instead of 0.3 ms), and an index-only scan of the builds fetches every row
-    it reads from the table, as no page is yet marked all-visible (a 30-day grouping by derivation at 10M
-    builds: 986 ms before the vacuum, 371 after)."""
+    planner takes a freshly filled table for an empty one and picks plans that scan where they should look up,
+    and an index-only scan of the builds fetches every row it reads from the table, as no page is yet marked
+    all-visible (figures in bench/notes.md)."""
     if builds_written < ANALYZE_AT_LEAST:
         return
     row = conn.raw.execute("SELECT reltuples FROM pg_class WHERE oid = 'builds'::regclass").fetchone()
