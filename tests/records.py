@@ -43,9 +43,13 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 # Undoes the schema's last migration on a database: the builds table as it was before statistics read durations
 # and queue times from columns (for tests that bring an older database up to date).
+# A database before builds carried their system as a column (the schema's latest step).
+WITHOUT_SYSTEM_COLUMN = """
+ALTER TABLE builds DROP COLUMN system;
+"""
 # A database before days kept their summaries over every status (schema version 7), and so before the steps
 # after it (events and webhooks).
-WITHOUT_DAY_SUMMARIES = """
+WITHOUT_DAY_SUMMARIES = WITHOUT_SYSTEM_COLUMN + """
 DROP TABLE deliveries;
 DROP TABLE hooks;
 DROP TABLE events;

@@ -8,7 +8,7 @@ import pytest
 from conftest import record, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
-from records import version_before
+from records import WITHOUT_SYSTEM_COLUMN, version_before
 from test_day_figures import at
 
 from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank
@@ -127,7 +127,7 @@ def test_the_migration_gives_each_day_the_summary_a_fresh_import_writes(tmp_path
     assert len(fresh) == 2
 
     old = sqlite3.connect(tmp_path / "t.db")
-    old.executescript("DROP TABLE day_summaries;")
+    old.executescript(WITHOUT_SYSTEM_COLUMN + "DROP TABLE day_summaries;")
     old.execute(f"PRAGMA user_version = {version_before('_keep_day_summaries')}")
     old.commit()
     old.close()

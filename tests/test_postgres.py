@@ -89,6 +89,22 @@ def test_servers_starting_together_migrate_the_database_once(pg_env):
     assert query(pg_env.db, "SELECT version FROM buildreport_schema") == [(SCHEMA_VERSION,)]
 
 
+def test_migration_gives_stored_builds_their_system_and_the_indexes_that_carry_it(pg_env):
+    pg_env.load([record(1, system="x86_64-linux"), record(2, system="aarch64-darwin")])
+    fresh = query(pg_env.db, "SELECT build_id, system FROM builds ORDER BY build_id")
+    assert fresh == [(1, "x86_64-linux"), (2, "aarch64-darwin")]
+    with psycopg.connect(pg_env.db, autocommit=True) as conn:
+        # The schema one step back: dropping the column drops the two indexes that include it.
+        conn.execute("ALTER TABLE builds DROP COLUMN system")
+        conn.execute("CREATE INDEX builds_by_time ON builds (account_id, create_us, build_id)"
+                     " INCLUDE (status, cpu_seconds, duration_text, queue_text, derivation_path)")
+        conn.execute("CREATE INDEX builds_by_stop ON builds (account_id, stop_us) WHERE stop_us IS NOT NULL")
+        conn.execute("UPDATE buildreport_schema SET version = %s", (SCHEMA_VERSION - 1,))
+    assert query(pg_env.db, "SELECT build_id, system FROM builds ORDER BY build_id") == fresh
+    definitions = dict(query(pg_env.db, "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'builds'"))
+    assert "system" in definitions["builds_by_time"] and "system" in definitions["builds_by_stop"]
+
+
 def test_a_database_of_another_application_is_refused(pg_env):
     import psycopg
 

@@ -289,7 +289,7 @@ PG_QUERIES = {
         f"usage by {kind}, {name}": query(1, UsageQuery(from_us=START, to_us=to))
         for kind, query in (
             ("day", stats_queries.usage_by_day),
-            ("system", postgres_stats.usage_by_system),
+            ("system", stats_queries.usage_by_system),
             ("tag", postgres_stats.usage_tags),
         )
         for name, to in (("open", None), ("closed", START + 1))

@@ -10,7 +10,7 @@ import time
 import msgspec
 import pytest
 from conftest import buildreport_command, record, write_jsonl
-from records import WITHOUT_STATS_COLUMNS, WITHOUT_TAG_FIGURES, version_before
+from records import WITHOUT_STATS_COLUMNS, WITHOUT_SYSTEM_COLUMN, WITHOUT_TAG_FIGURES, version_before
 
 from buildreport.imports.files import ImportFailed
 from buildreport.imports.load import import_files
@@ -29,11 +29,27 @@ def _rows(db) -> list[tuple]:
     return rows
 
 
-def _stats_columns(db) -> list[tuple]:
+def _columns(db, *columns: str) -> list[tuple]:
+    """Each build's id and the given columns, in id order."""
     conn = sqlite3.connect(db)
-    rows = conn.execute("SELECT build_id, duration_text, queue_text FROM builds ORDER BY build_id").fetchall()
+    rows = conn.execute(f"SELECT build_id, {', '.join(columns)} FROM builds ORDER BY build_id").fetchall()
     conn.close()
     return rows
+
+
+def _stats_columns(db) -> list[tuple]:
+    return _columns(db, "duration_text", "queue_text")
+
+
+def _migrated_from(db, script: str, marker: str) -> None:
+    """Take the database back to before the schema step that holds `marker` (`script` undoes it and any later
+    step it needs to), then open it, which migrates it again."""
+    old = sqlite3.connect(db)
+    old.executescript(script)
+    old.execute(f"PRAGMA user_version = {version_before(marker)}")
+    old.commit()
+    old.close()
+    open_database(db).close()
 
 
 def test_migration_gives_stored_builds_the_numbers_statistics_read_exactly_as_a_fresh_import_writes_them(tmp_path):
@@ -48,14 +64,20 @@ def test_migration_gives_stored_builds_the_numbers_statistics_read_exactly_as_a_
     fresh = _stats_columns(tmp_path / "t.db")
     assert fresh == [(1, "0.30000000000000004", "1e-7"), (2, "12.0", "0.0"), (3, None, "1234567.891011")]
 
-    old = sqlite3.connect(tmp_path / "t.db")
-    old.executescript(WITHOUT_STATS_COLUMNS)
-    old.execute(f"PRAGMA user_version = {version_before('duration and queue time as its JSON writes them')}")
-    old.commit()
-    old.close()
-
-    open_database(tmp_path / "t.db").close()
+    _migrated_from(tmp_path / "t.db", WITHOUT_STATS_COLUMNS, "duration and queue time as its JSON writes them")
     assert _stats_columns(tmp_path / "t.db") == fresh
+
+
+def test_migration_gives_stored_builds_their_system_as_a_fresh_import_writes_it(tmp_path):
+    records = [record(1, system="x86_64-linux"), record(2, system="aarch64-darwin"), record(3, system="riscv64-linux")]
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
+    conn.close()
+    fresh = _columns(tmp_path / "t.db", "system")
+    assert fresh == [(1, "x86_64-linux"), (2, "aarch64-darwin"), (3, "riscv64-linux")]
+
+    _migrated_from(tmp_path / "t.db", WITHOUT_SYSTEM_COLUMN, "ADD COLUMN system")
+    assert _columns(tmp_path / "t.db", "system") == fresh
 
 
 def _tag_figures(db) -> list[tuple]:
@@ -92,13 +114,7 @@ def test_migration_gives_tag_rows_and_days_their_figures_as_a_fresh_import_write
     assert all(row[2:6] == row[6:] for row in fresh)
     assert fresh[0][2:6] == ("built", 7, "0.30000000000000004", "1e-7")
 
-    old = sqlite3.connect(tmp_path / "t.db")
-    old.executescript(WITHOUT_TAG_FIGURES)
-    old.execute(f"PRAGMA user_version = {version_before('Each tag row carries its build')}")
-    old.commit()
-    old.close()
-
-    open_database(tmp_path / "t.db").close()
+    _migrated_from(tmp_path / "t.db", WITHOUT_TAG_FIGURES, "Each tag row carries its build")
     assert _tag_figures(tmp_path / "t.db") == fresh
     assert _day_figures(tmp_path / "t.db") == fresh_days
 
@@ -319,6 +335,7 @@ def test_migration_makes_the_name_index_again_over_the_expression_badges_ask_for
     conn = open_database(tmp_path / "t.db")
     import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
     conn.execute("DROP INDEX builds_by_name")
+    conn.executescript(WITHOUT_SYSTEM_COLUMN)
     conn.execute(f"CREATE INDEX builds_by_name ON builds (account_id, ({_EARLIER_NAME}), create_us, build_id,"
                  " status, duration_us)")
     conn.execute(f"PRAGMA user_version = {version_before('DROP INDEX IF EXISTS builds_by_name')}")

@@ -17,7 +17,7 @@ def newest_finished(account_id: int, series: BadgeSeries, dialect: Dialect) -> Q
     )
     params: list[object] = [account_id, series.derivation]
     if series.system is not None:
-        sql += f" AND {dialect.system} = ?"
+        sql += " AND system = ?"
         params.append(series.system)
     for key, value in series.tags:
         sql += (

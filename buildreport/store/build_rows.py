@@ -105,6 +105,7 @@ class Row(msgspec.Struct):
             self.source_id,
             self.duration_text,
             self.queue_text,
+            b.system,
         )
 
     def tag_values(self) -> list[tuple]:
@@ -162,7 +163,7 @@ class StoredBuild(msgspec.Struct):
 BUILD_COLUMNS = (
     "build_id", "account_id", "create_us", "start_us", "duration_us", "stop_us", "status", "cpu_seconds",
     "nar_size_bytes", "derivation_path", "restart_of_build_id", "restarted_as_build_id", "body", "body_hash",
-    "source_id", "duration_text", "queue_text",
+    "source_id", "duration_text", "queue_text", "system",
 )
 UPSERT_BUILDS = f"""
 INSERT INTO builds ({", ".join(BUILD_COLUMNS)})
@@ -173,7 +174,7 @@ ON CONFLICT (build_id) DO UPDATE SET
     nar_size_bytes = excluded.nar_size_bytes, derivation_path = excluded.derivation_path,
     restart_of_build_id = excluded.restart_of_build_id, restarted_as_build_id = excluded.restarted_as_build_id,
     body = excluded.body, body_hash = excluded.body_hash, source_id = coalesce(excluded.source_id, builds.source_id),
-    duration_text = excluded.duration_text, queue_text = excluded.queue_text
+    duration_text = excluded.duration_text, queue_text = excluded.queue_text, system = excluded.system
 """
 
 UPSERT_LOGS = (

@@ -12,8 +12,6 @@ class Dialect(msgspec.Struct, frozen=True):
     # A build's derivation name (stats.derivation_name: `/nix/store/<hash>-hello-2.12.drv` gives `hello-2.12`), from
     # `derivation_path`; the index `builds_by_name` is over this very expression.
     derivation_name: str = ""
-    # A build's `system`, from its stored JSON `body`.
-    system: str = ""
     # Rows a deliverer is about to lease: PostgreSQL passes over those another server is leasing right now.
     skip_locked: str = ""
 
@@ -42,7 +40,6 @@ def _sqlite_derivation_name() -> str:
 SQLITE = Dialect(
     name="sqlite",
     derivation_name=_sqlite_derivation_name(),
-    system="body ->> '$.system'",
 )
 
 POSTGRESQL = Dialect(
@@ -51,7 +48,6 @@ POSTGRESQL = Dialect(
         r"regexp_replace(regexp_replace(regexp_replace(derivation_path, '^.*/', ''), '\.drv$', ''),"
         r" '^[^-]*-(.+)$', '\1')"
     ),
-    system="convert_from(body, 'UTF8')::json ->> 'system'",
     skip_locked="FOR UPDATE OF d SKIP LOCKED",
 )
 

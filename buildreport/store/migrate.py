@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from buildreport.store.build_rows import BUILD_COLUMNS
 from buildreport.store.errors import DatabaseError
 from buildreport.store.postgres import bulk
 from buildreport.store.postgres.schema import open_database as open_postgres
@@ -24,9 +25,7 @@ _TOTALS = ("account_id", "period_us", "status", "builds", "cpu_seconds", "durati
 # Table, its columns; parents before children.
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("accounts", ("account_id", "name", "created_us")),
-    ("builds", ("build_id", "account_id", "create_us", "start_us", "duration_us", "stop_us", "status", "cpu_seconds",
-                "nar_size_bytes", "derivation_path", "restart_of_build_id", "restarted_as_build_id", "body",
-                "body_hash", "source_id", "duration_text", "queue_text")),
+    ("builds", BUILD_COLUMNS),
     ("build_tags", ("account_id", "key", "value", "create_us", "build_id", "status", "cpu_seconds", "duration_text",
                     "queue_text")),
     ("build_logs", ("build_id", "size_bytes", "zlib")),

@@ -107,8 +107,8 @@ class Reader(abc.ABC):
     """The queries that serve requests, on the connections of one engine."""
 
     dialect: Dialect
-    # The queries that differ between the engines: stats_parts, newest_of_paths, usage_by_system, usage_tags
-    # and body_parts.
+    # The queries that differ between the engines: stats_parts, newest_of_paths, usage_tags and
+    # body_parts.
     engine_stats: Any = stats_queries
     kept: KeptBuilds  # set by an engine whose builds_version() tells
     _pending: set[asyncio.Task[None]]  # token writes under way, waited for on close (set by each engine)
@@ -285,7 +285,7 @@ class Reader(abc.ABC):
         if group_by.kind == "day":
             return await self._rows(stats_queries.usage_by_day(account_id, query))
         if group_by.kind == "system":
-            return await self._rows(self.engine_stats.usage_by_system(account_id, query))
+            return await self._rows(stats_queries.usage_by_system(account_id, query))
         return await self._rows(self.engine_stats.usage_tags(account_id, query))
 
     async def export_pages(

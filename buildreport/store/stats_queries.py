@@ -230,7 +230,7 @@ def _derivation_groups(account_id: int, build_filter: BuildFilter, queues: bool,
 _GROUP_COLUMNS = {
     "day": f"b.create_us - b.create_us % {US_PER_DAY}",
     "hour": f"b.create_us - b.create_us % {US_PER_HOUR}",
-    "system": "b.body ->> '$.system'",
+    "system": "b.system",
     "status": "b.status",
 }
 
@@ -317,7 +317,7 @@ def usage_by_day(account_id: int, query: UsageQuery) -> Query:
 def usage_by_system(account_id: int, query: UsageQuery) -> Query:
     """(system, CPU seconds, builds) of the billable builds that stopped in range."""
     where, params = stopped_billable(query)
-    sql = f"SELECT b.body ->> '$.system', sum(b.cpu_seconds), count(*) FROM builds b WHERE {where} GROUP BY 1"
+    sql = f"SELECT b.system, sum(b.cpu_seconds), count(*) FROM builds b WHERE {where} GROUP BY 1"
     return sql, [account_id, *params]
 
 

@@ -37,7 +37,7 @@ JSON = "convert_from(b.body, 'UTF8')::json"  # a build's stored JSON, taken apar
 _GROUP_COLUMNS = {
     "day": f"b.create_us - b.create_us % {US_PER_DAY}",
     "hour": f"b.create_us - b.create_us % {US_PER_HOUR}",
-    "system": f"{JSON} ->> 'system'",
+    "system": "b.system",
     "status": "b.status",
     "derivation": "b.derivation_path",
     "derivation_path": "b.derivation_path",
@@ -189,12 +189,6 @@ def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[
     )
     return f"SELECT p.value, {newest} FROM unnest(?::text[]) AS p(value)", [account_id, *condition_params,
                                                                             list(paths)]
-
-
-def usage_by_system(account_id: int, query: UsageQuery) -> Query:
-    where, params = stopped_billable(query)
-    sql = f"SELECT {JSON} ->> 'system', sum(b.cpu_seconds), count(*) FROM builds b WHERE {where} GROUP BY 1"
-    return sql, [account_id, *params]
 
 
 def usage_tags(account_id: int, query: UsageQuery) -> Query:
