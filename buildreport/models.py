@@ -39,11 +39,15 @@ MAX_NAR_SIZE_BYTES = 2**44  # 16 TiB an output
 MAX_CPU_UTILIZATION = 2**16.0  # a share of the allocated CPUs; above 1 when a build outgrows its allocation
 MAX_OUTPUTS = 64
 MAX_TAGS = 64
-MAX_PATH_LENGTH = 4096
+# Text that PostgreSQL's indexes hold (store paths, the system, tag keys and values) is bounded so that an index
+# entry stays under its 2,704-byte limit at four UTF-8 bytes a character: a tag row's key and value, or a time
+# index entry's derivation path and system, with the numbers beside them.
+MAX_PATH_LENGTH = 512
+MAX_SYSTEM_LENGTH = 64
 MAX_NAME_LENGTH = 256
 MAX_MESSAGE_LENGTH = 4096
 MAX_TAG_KEY_LENGTH = 128
-MAX_TAG_VALUE_LENGTH = 1024
+MAX_TAG_VALUE_LENGTH = 256
 MAX_LOG_CHARACTERS = 2**27  # 128 Mi characters
 
 
@@ -77,7 +81,7 @@ Utilization = Annotated[
     float, msgspec.Meta(ge=0, le=MAX_CPU_UTILIZATION, description="Average share of the allocated CPUs used.")
 ]
 Kilobytes = _bounded_int(0, MAX_KILOBYTES, "Up to 1 PiB.")
-SystemName = _bounded_str(MAX_NAME_LENGTH, "Nix system, e.g. `x86_64-linux`.", low=1)
+SystemName = _bounded_str(MAX_SYSTEM_LENGTH, "Nix system, e.g. `x86_64-linux`.", low=1, pattern=NO_NUL)
 Outputs = Annotated[list["BuildOutput"], msgspec.Meta(max_length=MAX_OUTPUTS, description=f"At most {MAX_OUTPUTS}.")]
 LogText = Annotated[str, msgspec.Meta(max_length=MAX_LOG_CHARACTERS, description="The build log.")]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import msgspec
 import pytest
 from click.testing import CliRunner
@@ -16,6 +17,10 @@ from buildreport.models import (
     MAX_LOG_CHARACTERS,
     MAX_NAR_SIZE_BYTES,
     MAX_OUTPUTS,
+    MAX_PATH_LENGTH,
+    MAX_SYSTEM_LENGTH,
+    MAX_TAG_KEY_LENGTH,
+    MAX_TAG_VALUE_LENGTH,
     MAX_TAGS,
     Build,
     ImportRecord,
@@ -52,9 +57,10 @@ BAD_FIELDS = {
     "too many outputs": ({"outputs": [output(1, f"o{i}") for i in range(MAX_OUTPUTS + 1)]}, "outputs", "length"),
     "too many tags": ({"tags": {f"k{i}": "v" for i in range(MAX_TAGS + 1)}}, "tags", "length"),
     "empty tag key": ({"tags": {"": "v"}}, "tags", "length"),
-    "long tag value": ({"tags": {"k": "v" * 1025}}, "tags[...]", "length"),
-    "long derivation path": ({"derivation_path": "/" + "d" * 5000}, "derivation_path", "length"),
-    "long system": ({"system": "x" * 300}, "system", "length"),
+    "long tag value": ({"tags": {"k": "v" * (MAX_TAG_VALUE_LENGTH + 1)}}, "tags[...]", "length"),
+    "long derivation path": ({"derivation_path": "/" + "d" * MAX_PATH_LENGTH}, "derivation_path", "length"),
+    "long system": ({"system": "x" * (MAX_SYSTEM_LENGTH + 1)}, "system", "length"),
+    "NUL in system": ({"system": "x86_64\x00linux"}, "system", "regex"),
     "long status message": ({"status_message": "m" * 5000}, "status_message", "length"),
     "year 0001": ({"create_time": "0001-01-01T00:00:00+01:00"}, "create_time", "1970"),
     "before 1970": ({"start_time": "1969-12-31T23:59:59Z"}, "start_time", "1970"),
@@ -132,7 +138,7 @@ def edge_record(build_id: int, **overrides):
         peak_storage_use_kilobytes=2**40,
         status_message="\x1b[31m<b>m</b>" * 100,
         outputs=[output(MAX_NAR_SIZE_BYTES, f"o{i}") for i in range(MAX_OUTPUTS)],
-        tags={f"k{i}": "v" * 1024 for i in range(MAX_TAGS)},
+        tags={f"k{i}": "v" * MAX_TAG_VALUE_LENGTH for i in range(MAX_TAGS)},
         build_status="timeout",
     )
     fields.update(overrides)
@@ -168,6 +174,30 @@ def test_an_accounts_totals_are_kept_below_two_to_the_62(env):
     assert result.exit_code == 1
     assert f"{path}:{builds}: outputs: the account's total would reach 2^62" in result.stderr
     assert count_builds(env.db) == 0
+
+
+def _widest(length: int, seed: int) -> str:
+    """Text of `length` characters of four UTF-8 bytes each, in no order a compressor could shorten."""
+    return "".join(chr(0x1F300 + (seed * 7919 + i * 104729) % 0x900) for i in range(length))
+
+
+def test_the_widest_text_of_every_indexed_field_is_written_on_either_engine(env, serve):
+    """A store path and a system, and a tag's key and value, as long as their ranges allow in four-byte characters:
+    each engine takes them by import and over HTTP, so that neither refuses a build the other accepts."""
+    wide = {
+        "derivation_path": "/" + _widest(MAX_PATH_LENGTH - 1, 1),
+        "system": _widest(MAX_SYSTEM_LENGTH, 2),
+        "tags": {_widest(MAX_TAG_KEY_LENGTH, 3): _widest(MAX_TAG_VALUE_LENGTH, 4)},
+    }
+    env.load([record(1, **wide)])
+    writer = env.token(scopes=("build:read", "build:write"))
+    body = {k: v for k, v in record(2, **wide).items() if k not in ("account", "build_id")} | {"source_id": "w:2"}
+    server = serve(env.db)
+    written = httpx.post(server.url + "/builds", json=[body], headers=auth(writer), timeout=30)
+    assert written.status_code == 200, written.text
+    for build_id in (1, *written.json()["build_ids"]):
+        read = httpx.get(f"{server.url}/builds/{build_id}", headers=auth(writer), timeout=30).json()
+        assert {key: read[key] for key in wide} == wide
 
 
 def test_ranges_appear_in_the_openapi_document(env):

@@ -23,6 +23,7 @@ from buildreport.models import (
     MAX_NAR_SIZE_BYTES,
     MAX_OUTPUTS,
     MAX_PATH_LENGTH,
+    MAX_SYSTEM_LENGTH,
     MAX_TAG_KEY_LENGTH,
     MAX_TAG_VALUE_LENGTH,
     MAX_TAGS,
@@ -52,7 +53,8 @@ def text(low: int, high: int, alphabet: st.SearchStrategy[str] = TEXT) -> st.Sea
 
 
 def column_text(low: int, high: int) -> st.SearchStrategy[str]:
-    """Text kept in a column of its own (tags, store paths): any character but NUL, which import refuses."""
+    """Text kept in a column of its own (tags, store paths, the system): any character but NUL, which import
+    refuses."""
     return text(low, high, COLUMN_TEXT)
 
 
@@ -110,7 +112,7 @@ def build_records(draw, build_id: int) -> dict:
         "peak_storage_use_kilobytes": draw(st.none() | bounded_int(MAX_KILOBYTES)),
         "derivation_path": draw(column_text(1, MAX_PATH_LENGTH)),
         "outputs": outputs,
-        "system": draw(text(1, MAX_NAME_LENGTH)),
+        "system": draw(column_text(1, MAX_SYSTEM_LENGTH)),
         "tags": tags,
         "log": draw(st.none() | st.text(TEXT, max_size=200) | st.just("\x1b[31mred\r\n" * 3000)),
     }
