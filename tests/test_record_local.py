@@ -32,6 +32,7 @@ from nixversions import NixVersion
 from buildreport.models import BuildRecord
 from buildreport.record import nix
 from buildreport.record.local import (
+    MIN_UTILIZATION_SECONDS,
     Recorder,
     UsageError,
     exit_like,
@@ -169,8 +170,15 @@ def test_builds_are_recorded_running_then_final_with_what_nix_says(
         assert running[name]["duration_seconds"] is None and running[name]["log"] is None
         check_clock(rec, before, after)
         assert (rec["cpu_count"], rec["allocated_megabytes"]) == (4, 2048)
-        # Builds of a few milliseconds: no CPU second, no ratio over 10 ms ticks; three builds, no one peak.
-        assert (rec["cpu_seconds"], rec["average_cpu_utilization"], rec["peak_memory_use_kilobytes"]) == (0, None, None)
+        # Builds of a few milliseconds: no CPU second; three builds, no one peak.
+        assert (rec["cpu_seconds"], rec["peak_memory_use_kilobytes"]) == (0, None)
+        # No ratio over 10 ms ticks for a build shorter than MIN_UTILIZATION_SECONDS; a busy machine can make
+        # these last longer, and then the ratio is that of a build that hardly used its CPUs.
+        utilization = rec["average_cpu_utilization"]
+        if rec["duration_seconds"] < MIN_UTILIZATION_SECONDS:
+            assert utilization is None
+        else:
+            assert utilization is not None and 0 <= utilization <= 1
         assert rec["peak_storage_use_kilobytes"] is None
         assert rec["derivation_path"] == instantiate(nix_files, name.removesuffix("-test"), tag)
         drv = nix.show_derivation(rec["derivation_path"])
