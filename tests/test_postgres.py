@@ -22,7 +22,7 @@ from buildreport.store import queries
 from buildreport.store.filter_sql import BinaryResults
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.postgres.connection import translate
-from buildreport.store.postgres.schema import SCHEMA_VERSION
+from buildreport.store.postgres.schema import MIGRATIONS, SCHEMA_VERSION
 from buildreport.times import to_us
 
 
@@ -99,10 +99,33 @@ def test_migration_gives_stored_builds_their_system_and_the_indexes_that_carry_i
         conn.execute("CREATE INDEX builds_by_time ON builds (account_id, create_us, build_id)"
                      " INCLUDE (status, cpu_seconds, duration_text, queue_text, derivation_path)")
         conn.execute("CREATE INDEX builds_by_stop ON builds (account_id, stop_us) WHERE stop_us IS NOT NULL")
-        conn.execute("UPDATE buildreport_schema SET version = %s", (SCHEMA_VERSION - 1,))
+        conn.execute("UPDATE buildreport_schema SET version = %s", (_step("ADD COLUMN system"),))
     assert query(pg_env.db, "SELECT build_id, system FROM builds ORDER BY build_id") == fresh
     definitions = dict(query(pg_env.db, "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'builds'"))
     assert "system" in definitions["builds_by_time"] and "system" in definitions["builds_by_stop"]
+
+
+def _step(text: str) -> int:
+    """The schema version just before the migration step whose SQL holds `text`."""
+    return next(i for i, step in enumerate(MIGRATIONS) if isinstance(step, str) and text in step)
+
+
+def test_migration_makes_every_write_of_builds_announce_itself(pg_env):
+    pg_env.load([record(1)])
+    with psycopg.connect(pg_env.db, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER builds_changed ON builds")
+        conn.execute("DROP FUNCTION builds_changed()")
+        conn.execute("UPDATE buildreport_schema SET version = %s", (_step("builds_changed"),))
+    assert query(pg_env.db, "SELECT version FROM buildreport_schema") == [(SCHEMA_VERSION,)]
+    triggers = query(pg_env.db, "SELECT tgname FROM pg_trigger WHERE tgrelid = 'builds'::regclass AND NOT tgisinternal")
+    assert triggers == [("builds_changed",)]
+    with psycopg.connect(pg_env.db, autocommit=True) as conn:
+        conn.execute("LISTEN buildreport_builds")
+        with psycopg.connect(pg_env.db) as writer:
+            writer.execute("UPDATE builds SET body = body")
+            writer.execute("DELETE FROM builds WHERE build_id = -1")
+        assert [n.channel for n in conn.notifies(timeout=5, stop_after=1)] == ["buildreport_builds"]
+        assert list(conn.notifies(timeout=0.2)) == []  # one notification for the whole transaction
 
 
 def test_a_database_of_another_application_is_refused(pg_env):

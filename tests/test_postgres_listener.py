@@ -1,9 +1,10 @@
-"""What tells a PostgreSQL server that tokens changed (store/postgres/listener.py): the schema's triggers and
-the listening connection, and the token cache that relies on them."""
+"""What tells a PostgreSQL server that tokens or builds changed (store/postgres/listener.py): the schema's
+triggers and the listening connection, and the token cache and kept builds that rely on them."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ from conftest import Env, query, record
 from buildreport.http.auth import TokenCache
 from buildreport.store import open_reader
 from buildreport.store.postgres import listener
-from buildreport.store.postgres.listener import TokenChanges
+from buildreport.store.postgres.connection import BUILDS_CHANNEL, TOKENS_CHANNEL
+from buildreport.store.postgres.listener import Changes
 from buildreport.tokens import digest as token_digest
 
 
@@ -25,19 +27,21 @@ def pg_env(pg_url: str, tmp_path: Path) -> Env:
     return env
 
 
-async def _listening(env: Env) -> TokenChanges:
-    changes = TokenChanges(str(env.db))
+async def _listening(env: Env) -> Changes:
+    changes = Changes(str(env.db))
     await changes.open()
     return changes
 
 
-def _versions_around(env: Env, commit: Callable[[], None]) -> tuple[bytes | None, bytes | None]:
+def _versions_around(
+    env: Env, commit: Callable[[], None], channel: str = TOKENS_CHANNEL
+) -> tuple[bytes | None, bytes | None]:
     async def run() -> tuple[bytes | None, bytes | None]:
         changes = await _listening(env)
         try:
-            before = await changes.version()
+            before = await changes.version(channel)
             await asyncio.to_thread(commit)
-            return before, await changes.version()  # at once: no waiting for the notification
+            return before, await changes.version(channel)  # at once: no waiting for the notification
         finally:
             await changes.close()
 
@@ -68,6 +72,27 @@ def test_a_tokens_note_of_its_last_use_and_a_build_of_a_known_account_leave_the_
     assert before is not None and after == before
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO builds SELECT * FROM builds WHERE false",  # a statement that writes no row still tells
+        "UPDATE builds SET body = body",
+        "DELETE FROM builds WHERE build_id = -1",
+        "TRUNCATE builds CASCADE",
+    ],
+)
+def test_any_write_of_builds_changes_the_builds_version(pg_env: Env, sql: str) -> None:
+    before, after = _versions_around(pg_env, lambda: query(pg_env.db, sql), BUILDS_CHANNEL)
+    assert before is not None and after is not None and after != before
+
+
+def test_a_new_build_changes_the_builds_version_and_a_token_leaves_it(pg_env: Env) -> None:
+    before, after = _versions_around(pg_env, lambda: pg_env.load([record(2)]), BUILDS_CHANNEL)
+    assert before is not None and after != before
+    before, after = _versions_around(pg_env, pg_env.token, BUILDS_CHANNEL)
+    assert before is not None and after == before
+
+
 def test_without_its_connection_nothing_is_trusted_and_a_new_one_is_opened(
     pg_env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -76,13 +101,13 @@ def test_without_its_connection_nothing_is_trusted_and_a_new_one_is_opened(
     async def run() -> list[bytes | None]:
         changes = await _listening(pg_env)
         try:
-            first = await changes.version()
+            first = await changes.version(TOKENS_CHANNEL)
             pid = changes._conn.info.backend_pid  # type: ignore[union-attr]
             await asyncio.to_thread(query, pg_env.db, "SELECT pg_terminate_backend(?)", (pid,))
-            lost = await changes.version()
+            lost = await changes.version(TOKENS_CHANNEL)
             for _ in range(100):  # a new connection is opened in the background
                 await asyncio.sleep(0.01)
-                if (again := await changes.version()) is not None:
+                if (again := await changes.version(TOKENS_CHANNEL)) is not None:
                     break
             return [first, lost, again]
         finally:
@@ -97,7 +122,7 @@ def test_callers_that_ask_together_share_round_trips(pg_env: Env) -> None:
     async def run() -> tuple[set[bytes | None], int]:
         changes = await _listening(pg_env)
         try:
-            versions = await asyncio.gather(*(changes.version() for _ in range(50)))
+            versions = await asyncio.gather(*(changes.version(TOKENS_CHANNEL) for _ in range(50)))
             return set(versions), changes._begun
         finally:
             await changes.close()
@@ -116,9 +141,9 @@ def test_a_round_trip_that_hangs_leaves_nothing_trusted(pg_env: Env, monkeypatch
     async def run() -> list[bytes | None]:
         changes = await _listening(pg_env)
         try:
-            first = await changes.version()
+            first = await changes.version(TOKENS_CHANNEL)
             changes._conn.execute = never  # type: ignore[union-attr, method-assign]
-            return [first, await changes.version()]
+            return [first, await changes.version(TOKENS_CHANNEL)]
         finally:
             await changes.close()
 
@@ -130,10 +155,10 @@ def test_an_unreachable_database_leaves_nothing_trusted(monkeypatch: pytest.Monk
     monkeypatch.setattr(listener, "KEEPALIVES", {**listener.KEEPALIVES, "connect_timeout": 1})
 
     async def run() -> bytes | None:
-        changes = TokenChanges("postgresql://postgres@127.0.0.1:1/none")
+        changes = Changes("postgresql://postgres@127.0.0.1:1/none")
         await changes.open()
         try:
-            return await changes.version()
+            return await changes.version(TOKENS_CHANNEL)
         finally:
             await changes.close()
 
@@ -172,3 +197,39 @@ def test_the_token_cache_keeps_a_token_and_sees_its_revocation_once_notified(pg_
     first, again, reads, revoked = asyncio.run(run())
     assert first is not None and again == first and reads == 1
     assert revoked is not None and revoked.revoked_us == 7
+
+
+def test_a_kept_build_is_read_once_and_a_write_elsewhere_is_seen_by_the_next_read(pg_env: Env) -> None:
+    async def run() -> list[Any]:
+        reader = await open_reader(pg_env.db)
+        asked = _counting(reader)
+        try:
+            first = await reader.build(1, 1)
+            again = await reader.build(1, 1)
+            reads = len(asked)
+            body = ('{"changed":1}',)
+            await asyncio.to_thread(query, pg_env.db, "UPDATE builds SET body = convert_to(?, 'UTF8')", body)
+            changed = await reader.build(1, 1)  # the very next read, without waiting
+            return [first, again, reads, changed, len(asked)]
+        finally:
+            await reader.close()
+
+    first, again, reads, changed, all_reads = asyncio.run(run())
+    assert first is not None and again == first and reads == 1
+    assert json.loads(changed) == {"changed": 1} and all_reads == 2
+
+
+def test_without_its_connection_no_build_is_kept(pg_env: Env) -> None:
+    async def run() -> list[Any]:
+        reader = await open_reader(pg_env.db)
+        asked = _counting(reader)
+        try:
+            await reader._changes.close()  # nothing listens now
+            first = await reader.build(1, 1)
+            again = await reader.build(1, 1)
+            return [first, again, len(asked)]
+        finally:
+            await reader.close()
+
+    first, again, reads = asyncio.run(run())
+    assert first is not None and again == first and reads == 2

@@ -261,11 +261,11 @@ def test_a_commit_by_another_process_is_seen_by_the_token_cache_and_the_next_rea
         try:
             first = await cache.lookup(reader, digest)
             body = await reader.build(1, 1)
-            versions = [await reader.data_version(), reader.builds_version()]
+            versions = [await reader.data_version(), await reader.builds_version()]
             _commit_elsewhere(env.db, "UPDATE tokens SET revoked_us = ?", (1,), tokens=True)
             await asyncio.sleep(0)  # a request sent after the commit is served in a later turn of the event loop
             revoked = await cache.lookup(reader, digest)
-            unchanged = reader.builds_version()
+            unchanged = await reader.builds_version()
             _commit_elsewhere(env.db, "UPDATE builds SET body = CAST(? AS BLOB)", ('{"changed":1}',), tokens=False)
             await asyncio.sleep(0)
             changed = await reader.build(1, 1)

@@ -110,7 +110,7 @@ class Reader(abc.ABC):
     # The queries that differ between the engines: stats_parts, newest_of_paths, usage_tags and
     # body_parts.
     engine_stats: Any = stats_queries
-    kept: KeptBuilds  # set by an engine whose builds_version() tells
+    kept: KeptBuilds  # set by each engine; trusted while builds_version() is unchanged
     _pending: set[asyncio.Task[None]]  # token writes under way, waited for on close (set by each engine)
     _writes: Writes | None = None
 
@@ -158,10 +158,10 @@ class Reader(abc.ABC):
         """A value that differs after any commit made before this call that may change a token or the account it
         names (an engine may change it more often); None when the engine cannot tell it cheaply."""
 
-    def builds_version(self) -> bytes | None:
-        """A value that differs after any commit that may change a build; None when the engine cannot tell it
-        cheaply (then no build is kept)."""
-        return None
+    @abc.abstractmethod
+    async def builds_version(self) -> bytes | None:
+        """A value that differs after any commit made before this call that may change a build; None when it
+        cannot be told (then no build is kept)."""
 
     @abc.abstractmethod
     def file_problem(self) -> str | None:
@@ -215,7 +215,7 @@ class Reader(abc.ABC):
         return BuildPage(body=page_json(rows), digest=digest, next_cursor=next_cursor)
 
     async def build(self, account_id: int, build_id: int) -> bytes | None:
-        version, key = self.builds_version(), (account_id, build_id)
+        version, key = await self.builds_version(), (account_id, build_id)
         body = self.kept.get(version, key) if version is not None else None
         if body is None:
             rows = await self._key(queries.get_build(account_id, build_id))

@@ -23,6 +23,8 @@ WRITE_LOCK = 0x62726570_00000001
 MIGRATION_LOCK = 0x62726570_00000002
 # The channel on which the schema's triggers announce a commit that changes what a token grants.
 TOKENS_CHANNEL = "buildreport_tokens"
+# The channel on which the schema's trigger announces a commit that writes builds.
+BUILDS_CHANNEL = "buildreport_builds"
 SEARCH_PATH = "public, auth"  # tokens live in schema `auth`, as the tokens file is attached as `auth` in SQLite
 
 

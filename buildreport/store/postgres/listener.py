@@ -1,17 +1,18 @@
-"""How a server learns that a commit changed what a token grants, without reading the token on every request.
+"""How a server learns that a commit changed what a token grants, or a build, without reading it on every request.
 
-The schema's triggers notify TOKENS_CHANNEL whenever a token or an account changes, whoever commits it
-(schema.py). A server keeps one connection that LISTENs there. PostgreSQL signals every listener as part of
-the commit, before the committer hears it is done (its async.c), and a listening session delivers what it was
-signalled at the latest just after its next transaction ends (the NOTIFY documentation). So before a version
-is given, this connection makes one round trip (a `SELECT 1`) that begins after the caller asked: every
-notification of a commit that returned before the request was sent has then arrived, and a revocation holds
-at once. Callers that ask while a round trip is under way share the next one, so under load one round trip
-serves many requests.
+The schema's triggers notify TOKENS_CHANNEL whenever a token or an account changes, and BUILDS_CHANNEL once per
+transaction that writes builds, whoever commits it (schema.py). A server keeps one connection that LISTENs on
+both. PostgreSQL signals every listener as part of the commit, before the committer hears it is done (its
+async.c), and a listening session delivers what it was signalled at the latest just after its next transaction
+ends (the NOTIFY documentation). So before a version is given, this connection makes one round trip (a
+`SELECT 1`) that begins after the caller asked: every notification of a commit that returned before the request
+was sent has then arrived, and a revocation, or a build written through another server, is seen at once.
+Callers that ask while a round trip is under way share the next one, so under load one round trip serves many
+requests.
 
 Nothing is trusted without that connection: while it is down (a restart, a failover, a network fault) or a
-round trip fails or takes longer than ROUND_TRIP_SECONDS, the version is None, tokens are read on every
-request, and a new connection is tried at most every few seconds.
+round trip fails or takes longer than ROUND_TRIP_SECONDS, the version is None, tokens and builds are read on
+every request, and a new connection is tried at most every few seconds.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from buildreport.store.postgres.connection import TOKENS_CHANNEL, connect_kwargs
+from buildreport.store.postgres.connection import BUILDS_CHANNEL, TOKENS_CHANNEL, connect_kwargs
 
 log = logging.getLogger("buildreport.store")
 
@@ -34,15 +35,20 @@ KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "
               "connect_timeout": 5}  # fmt: skip
 
 
-class TokenChanges:
-    """The version of what tokens grant, as this server has heard it: it differs after each notification
-    received and each new connection; None while no connection listens."""
+CHANNELS = (TOKENS_CHANNEL, BUILDS_CHANNEL)
+
+
+class Changes:
+    """The version of what each channel announces changes to (tokens, builds), as this server has heard it: it
+    differs after each notification received on the channel and each new connection; None while no connection
+    listens."""
 
     def __init__(self, url: str) -> None:
         self._url = url
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._broken: psycopg.AsyncConnection[Any] | None = None
-        self._changes = 0  # notifications heard and connections opened: each may follow a change missed
+        self._opened = 0  # connections opened: each may follow a change missed
+        self._heard = dict.fromkeys(CHANNELS, 0)  # notifications heard on each channel
         self._next_try = 0.0
         self._connecting: asyncio.Task[None] | None = None
         self._turn = asyncio.Lock()
@@ -54,16 +60,17 @@ class TokenChanges:
         conn = None
         try:
             conn = await psycopg.AsyncConnection.connect(self._url, **connect_kwargs(), **KEEPALIVES)
-            conn.add_notify_handler(self._heard)
-            await conn.execute(f"LISTEN {TOKENS_CHANNEL}")
+            conn.add_notify_handler(self._notified)
+            for channel in CHANNELS:
+                await conn.execute(f"LISTEN {channel}")
         except BaseException as exc:  # a server that stops while this connects closes it too
             if conn is not None:
                 await conn.close()
             if not isinstance(exc, psycopg.Error):
                 raise
-            log.warning("not listening for token changes (tokens are read on every request): %s", exc)
+            log.warning("not listening for changes (tokens and builds are read on every request): %s", exc)
             return
-        self._changes += 1
+        self._opened += 1
         self._conn = conn
 
     async def close(self) -> None:
@@ -75,8 +82,8 @@ class TokenChanges:
                 await conn.close()
         self._conn = self._broken = None
 
-    async def version(self) -> bytes | None:
-        """The version once every notification of a commit made before this call has arrived."""
+    async def version(self, channel: str) -> bytes | None:
+        """The version of `channel` once every notification of a commit made before this call has arrived."""
         target = self._begun + 1  # the first round trip that begins after this call
         async with self._turn:  # one round trip at a time; those waiting behind it share the next
             conn = self._conn
@@ -89,14 +96,15 @@ class TokenChanges:
                     async with asyncio.timeout(ROUND_TRIP_SECONDS):
                         await conn.execute("SELECT 1")
                 except (psycopg.Error, TimeoutError) as exc:
-                    log.warning("stopped listening for token changes (tokens are read on every request): %r", exc)
+                    log.warning("stopped listening for changes (tokens and builds are read on every request): %r", exc)
                     self._drop()
                     return None
                 self._finished = self._begun
-            return b"%d" % self._changes
+            return b"%d.%d" % (self._opened, self._heard[channel])
 
-    def _heard(self, _notify: psycopg.Notify) -> None:
-        self._changes += 1
+    def _notified(self, notify: psycopg.Notify) -> None:
+        if notify.channel in self._heard:
+            self._heard[notify.channel] += 1
 
     def _drop(self) -> None:
         self._broken, self._conn = self._conn, None

@@ -3,8 +3,8 @@
 Range queries (lists, summaries, statistics, exports) go to the replicas in turn, or to the primary when
 there are none. Lookups by key that must see the latest commit (a token, so that a revocation through any
 server is refused at once; one build) and the record of a token's last use go to the primary. A token read
-is kept until the primary announces a change to tokens (listener.py). Reads beyond a
-pool's connections wait for one in its queue (queue.py).
+is kept until the primary announces a change to tokens, a build until it announces a write of builds
+(listener.py). Reads beyond a pool's connections wait for one in its queue (queue.py).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT
 from buildreport.store.filter_sql import BinaryResults
 from buildreport.store.postgres import stats_queries as postgres_stats
-from buildreport.store.postgres.connection import configure, connect_kwargs, translate
-from buildreport.store.postgres.listener import TokenChanges
+from buildreport.store.postgres.connection import BUILDS_CHANNEL, TOKENS_CHANNEL, configure, connect_kwargs, translate
+from buildreport.store.postgres.listener import Changes
 from buildreport.store.queue import Turns
-from buildreport.store.reader import Reader
+from buildreport.store.reader import KeptBuilds, Reader
 
 log = logging.getLogger("buildreport.store")
 POOL_SIZE = 4  # connections per server process and database
@@ -81,9 +81,10 @@ class PgReader(Reader):
     dialect = POSTGRESQL
     engine_stats = postgres_stats
 
-    def __init__(self, primary: _Database, replicas: Sequence[_Database], token_changes: TokenChanges) -> None:
+    def __init__(self, primary: _Database, replicas: Sequence[_Database], changes: Changes) -> None:
         self._primary = primary
-        self._token_changes = token_changes
+        self._changes = changes
+        self.kept = KeptBuilds()
         self._replicas = list(replicas)
         self._turn = itertools.cycle(self._replicas or [primary])
         self._pending: set[asyncio.Task[None]] = set()
@@ -103,14 +104,14 @@ class PgReader(Reader):
                 await pool.close()
             raise
         primary, *replicas = (_Database(pool, Turns(POOL_SIZE, queue_length, queue_wait)) for pool in pools)
-        token_changes = TokenChanges(url)
-        await token_changes.open()
-        return cls(primary, replicas, token_changes)
+        changes = Changes(url)
+        await changes.open()
+        return cls(primary, replicas, changes)
 
     async def close(self) -> None:
         if self._pending:
             await asyncio.wait(self._pending, timeout=5)
-        await self._token_changes.close()
+        await self._changes.close()
         for database in (self._primary, *self._replicas):
             await database.pool.close()
 
@@ -121,7 +122,10 @@ class PgReader(Reader):
         return await _fetch(self._primary, query)
 
     async def data_version(self) -> bytes | None:
-        return await self._token_changes.version()
+        return await self._changes.version(TOKENS_CHANNEL)
+
+    async def builds_version(self) -> bytes | None:
+        return await self._changes.version(BUILDS_CHANNEL)
 
     def file_problem(self) -> str | None:
         return None

@@ -11,7 +11,7 @@ import psycopg
 
 from buildreport.store import day_figures, day_summaries, events_schema, tag_totals, trust
 from buildreport.store.dialect import POSTGRESQL
-from buildreport.store.postgres.connection import MIGRATION_LOCK, TOKENS_CHANNEL, PgConnection
+from buildreport.store.postgres.connection import BUILDS_CHANNEL, MIGRATION_LOCK, TOKENS_CHANNEL, PgConnection
 
 _TOTALS_TABLE = """
     CREATE TABLE {name} (
@@ -211,6 +211,21 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     " INCLUDE (status, cpu_seconds, duration_text, queue_text, derivation_path, system);"
     " DROP INDEX builds_by_stop; CREATE INDEX builds_by_stop ON builds (account_id, stop_us)"
     " INCLUDE (status, cpu_seconds, system) WHERE stop_us IS NOT NULL;",
+    # Every server keeps the builds it has read lately (store/reader.py, KeptBuilds) until a commit writes builds:
+    # whoever commits it (a server, an import, retention, another machine), PostgreSQL tells each listening server
+    # on the channel BUILDS_CHANNEL, once per transaction (identical notifications of one transaction are sent
+    # once), however many statements wrote.
+    f"""
+    CREATE OR REPLACE FUNCTION builds_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('{BUILDS_CHANNEL}', '');
+        RETURN NULL;
+    END
+    $$;
+    DROP TRIGGER IF EXISTS builds_changed ON builds;
+    CREATE TRIGGER builds_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON builds
+        FOR EACH STATEMENT EXECUTE FUNCTION builds_changed();
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -328,5 +343,6 @@ def drop_all(url: str) -> None:
             for table in _OBJECTS:
                 conn.raw.execute(f"DROP TABLE IF EXISTS public.{table} CASCADE")  # names from the list above
             conn.raw.execute("DROP SCHEMA IF EXISTS auth CASCADE")
+            conn.raw.execute("DROP FUNCTION IF EXISTS public.builds_changed()")
     finally:
         conn.close()

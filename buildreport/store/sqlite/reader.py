@@ -107,7 +107,7 @@ class SqliteReader(Reader):
         builds, tokens = self._version("main"), self._version("auth")
         return None if builds is None or tokens is None else builds + tokens
 
-    def builds_version(self) -> bytes | None:
+    async def builds_version(self) -> bytes | None:
         return self._version("main")
 
     def _version(self, schema: str) -> bytes | None:
