@@ -93,6 +93,26 @@ def test_a_new_build_changes_the_builds_version_and_a_token_leaves_it(pg_env: En
     assert before is not None and after == before
 
 
+def test_a_table_dropped_or_made_anew_changes_its_channels_version(pg_env: Env) -> None:
+    async def run() -> list[bytes | None]:
+        changes = await _listening(pg_env)
+        try:
+            first = await changes.version(BUILDS_CHANNEL)
+            tokens = await changes.version(TOKENS_CHANNEL)
+            await asyncio.to_thread(query, pg_env.db, "ALTER TABLE builds RENAME TO builds_away")
+            dropped = await changes.version(BUILDS_CHANNEL)
+            tokens_after = await changes.version(TOKENS_CHANNEL)
+            await asyncio.to_thread(query, pg_env.db, "CREATE TABLE builds (LIKE builds_away INCLUDING ALL)")
+            return [first, dropped, await changes.version(BUILDS_CHANNEL), tokens, tokens_after]
+        finally:
+            await changes.close()
+
+    first, dropped, remade, tokens, tokens_after = asyncio.run(run())
+    assert first is not None and dropped is None  # DDL notifies nothing; the table's identity tells
+    assert remade is not None and remade != first
+    assert tokens is not None and tokens_after == tokens
+
+
 def test_without_its_connection_nothing_is_trusted_and_a_new_one_is_opened(
     pg_env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,7 +5,7 @@ transaction that writes builds, whoever commits it (schema.py). A server keeps o
 both. PostgreSQL signals every listener as part of the commit, before the committer hears it is done (its
 async.c), and a listening session delivers what it was signalled at the latest just after its next transaction
 ends (the NOTIFY documentation). So before a version is given, this connection makes one round trip (a
-`SELECT 1`) that begins after the caller asked: every notification of a commit that returned before the request
+query) that begins after the caller asked: every notification of a commit that returned before the request
 was sent has then arrived, and a revocation, or a build written through another server, is seen at once.
 Callers that ask while a round trip is under way share the next one, so under load one round trip serves many
 requests.
@@ -35,7 +35,11 @@ KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "
               "connect_timeout": 5}  # fmt: skip
 
 
-CHANNELS = (TOKENS_CHANNEL, BUILDS_CHANNEL)
+# Each channel and the table whose changes it announces. DDL notifies no channel, so the round trip also reads each
+# table's identity: a table dropped leaves its channel's version None, a table made anew (a restore) changes it.
+TABLES = {TOKENS_CHANNEL: "auth.tokens", BUILDS_CHANNEL: "public.builds"}
+CHANNELS = tuple(TABLES)
+_ROUND_TRIP = "SELECT " + ", ".join(f"to_regclass('{table}')::oid" for table in TABLES.values())
 
 
 class Changes:
@@ -49,6 +53,7 @@ class Changes:
         self._broken: psycopg.AsyncConnection[Any] | None = None
         self._opened = 0  # connections opened: each may follow a change missed
         self._heard = dict.fromkeys(CHANNELS, 0)  # notifications heard on each channel
+        self._tables: dict[str, int | None] = dict.fromkeys(CHANNELS)  # each table's identity at the last round trip
         self._next_try = 0.0
         self._connecting: asyncio.Task[None] | None = None
         self._turn = asyncio.Lock()
@@ -94,13 +99,15 @@ class Changes:
                 self._begun += 1
                 try:
                     async with asyncio.timeout(ROUND_TRIP_SECONDS):
-                        await conn.execute("SELECT 1")
+                        row = await (await conn.execute(_ROUND_TRIP)).fetchone()
                 except (psycopg.Error, TimeoutError) as exc:
                     log.warning("stopped listening for changes (tokens and builds are read on every request): %r", exc)
                     self._drop()
                     return None
+                self._tables = dict(zip(CHANNELS, row or (None,) * len(CHANNELS), strict=True))
                 self._finished = self._begun
-            return b"%d.%d" % (self._opened, self._heard[channel])
+            table = self._tables[channel]
+            return None if table is None else b"%d.%d.%d" % (self._opened, table, self._heard[channel])
 
     def _notified(self, notify: psycopg.Notify) -> None:
         if notify.channel in self._heard:
