@@ -486,7 +486,9 @@ def markdown(out: dict[str, Any], growth: list[str] | None = None) -> str:
                   f"({kept['tag_rows']:,} tag rows) have hourly and daily totals, "
                   + ", ".join(f"{k} {v:,}" for k, v in (kept.get("promoted_by_key") or {}).items())
                   + (f"; {kept['hourly_rows']:,} rows of tag_hourly_totals" if "hourly_rows" in kept else "")
-                  + f"; {kept['rows']:,} rows of tag_daily_totals; {size} in all. A pair gets totals once 500 "
+                  + f"; {kept['rows']:,} rows of tag_daily_totals"
+                  + (f"; {kept['figure_rows']:,} rows of tag_day_figures" if "figure_rows" in kept else "")
+                  + f"; {size} in all. A pair gets totals once 500 "
                   "builds of an account carry it, so at most one pair per 500 tag rows does, with at most one row "
                   "per (hour or day, status) and never more rows than builds.", ""]
     client = dig(out, "data", "client_tags")

@@ -434,13 +434,15 @@ class Bench:
             sizes["promoted_pairs"] = conn.execute("SELECT count(*) FROM tag_pairs").fetchone()[0]
             sizes["rows"] = conn.execute("SELECT count(*) FROM tag_daily_totals").fetchone()[0]
             sizes["hourly_rows"] = conn.execute("SELECT count(*) FROM tag_hourly_totals").fetchone()[0]
+            sizes["figure_rows"] = conn.execute("SELECT count(*) FROM tag_day_figures").fetchone()[0]
             sizes["promoted_by_key"] = dict(conn.execute("SELECT key, count(*) FROM tag_pairs GROUP BY key"))
         except sqlite3.Error as exc:
             sizes["error"] = str(exc)
             return sizes
         try:
             sizes["bytes"] = conn.execute(
-                "SELECT sum(pgsize) FROM dbstat WHERE name IN ('tag_pairs', 'tag_daily_totals', 'tag_hourly_totals')"
+                "SELECT sum(pgsize) FROM dbstat WHERE name IN ('tag_pairs', 'tag_daily_totals', 'tag_hourly_totals',"
+                " 'tag_day_figures')"
             ).fetchone()[0]
         except sqlite3.Error:
             page = conn.execute("PRAGMA page_size").fetchone()[0]

@@ -32,11 +32,17 @@ def test_a_packed_day_reads_back_the_same_numbers_sorted(builds, cpu, durations,
 
 def plain_days(conn) -> dict[tuple[int, int, str], tuple]:
     """The figures of each (account, day, status) computed from the builds, in plain Python."""
-    days: dict[tuple[int, int, str], list] = {}
-    for account_id, create_us, status, cpu, duration, queue in conn.execute(
+    return plain_figures(conn.execute(
         "SELECT account_id, create_us, status, cpu_seconds, duration_text, queue_text FROM builds"
-    ):
-        entry = days.setdefault((account_id, create_us - create_us % US_PER_DAY, status), [0, 0, [], []])
+    ))
+
+
+def plain_figures(rows) -> dict[tuple, tuple]:
+    """Day figures of rows `(*owner, create_us, status, cpu, duration text, queue text)`, keyed by
+    `(*owner, day, status)`: the count, CPU seconds and the sorted numbers."""
+    days: dict[tuple, list] = {}
+    for *owner, create_us, status, cpu, duration, queue in rows:
+        entry = days.setdefault((*owner, create_us - create_us % US_PER_DAY, status), [0, 0, [], []])
         entry[0] += 1
         entry[1] += cpu
         if duration is not None:

@@ -37,11 +37,12 @@ from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.day_summaries import DAY_SUMMARIES
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, KeptTable, answers, whole_periods
 from buildreport.store.reader import summary_from_row
+from buildreport.store.tag_figures import TAG_DAY_FIGURES
 from buildreport.store.tag_totals import TAG_DAILY_TOTALS
 from buildreport.store.totals import DAILY_TOTALS, DAILY_USAGE, HOURLY_TOTALS
 from buildreport.times import to_us
 
-KEPT_TABLES = (HOURLY_TOTALS, DAILY_TOTALS, DAILY_USAGE, TAG_DAILY_TOTALS, DAY_FIGURES, DAY_SUMMARIES)
+KEPT_TABLES = (HOURLY_TOTALS, DAILY_TOTALS, DAILY_USAGE, TAG_DAILY_TOTALS, TAG_DAY_FIGURES, DAY_FIGURES, DAY_SUMMARIES)
 ORIGIN = datetime(2026, 3, 2, tzinfo=UTC)  # midnight UTC: day and hour boundaries fall on whole minutes from it
 ORIGIN_US = to_us(ORIGIN)
 SPAN_MINUTES = 3 * 24 * 60  # builds are created over three days

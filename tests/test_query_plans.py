@@ -27,6 +27,7 @@ from buildreport.store import (
     prune,
     queries,
     stats_queries,
+    tag_figures,
     tag_totals,
     trust,
 )
@@ -98,6 +99,12 @@ QUERIES = {
     "tag totals of one pair's day from its hours (writes)": (tag_totals._DAY_OF_PAIR,
                                                              [1, "project", "web", 0, US_PER_DAY]),
     "tag totals of one pair's days from its hours (writes)": (tag_totals._PAIR_DAYS, [1, "project", "web"]),
+    # (named as the engines' own statistics are: PostgreSQL's is its own below)
+    "stats by tag, one pair's day from its tag rows (writes)": (tag_figures._DAY_ROWS_OF["sqlite"],
+                                                                 [1, "project", "web", 0, US_PER_DAY]),
+    "next day of one pair (writes)": (tag_figures._NEXT, [1, "project", "web", 0]),
+    "kept figures of one pair's day and status (writes)": (tag_figures._PAIR_DAYS.select,
+                                                            [1, "project", "web", 0, "built"]),
     "builds of one day (writes)": (day_figures._DAY_BUILDS, [1, 0, US_PER_DAY]),
     "kept figures of one day (writes)": (day_figures._DELETE, [1, 0]),
     "kept figures of one day, every status (writes)": (day_summaries._DAY_FIGURES, [1, 0]),
@@ -125,6 +132,13 @@ QUERIES = {
         f"stats by {kind}, {name}": stats_queries.stats_rows(1, f, GroupBy(kind))
         for name, f in FILTERS.items()
         for kind in ("hour", "status", "derivation", "derivation_path")
+    },
+    # What a request by tag sends: the promoted values' whole days from kept figures, the edges and the other
+    # values from the tag rows.
+    **{
+        f"stats by tag, {name}, part {i}": part
+        for name, f in {**FILTERS, "whole days and edges": WHOLE_DAYS}.items()
+        for i, part in enumerate(stats_queries.stats_parts(1, f, GroupBy("tag", "project")))
     },
     **{
         f"newest builds of derivation paths, {name}, failed {failed}": stats_queries.newest_of_paths(
@@ -295,6 +309,8 @@ PG_QUERIES = {
         for name, to in (("open", None), ("closed", START + 1))
     },
     "export bodies, one query": postgres_stats.body_parts([3, 1, 2, 4])[0],
+    "stats by tag, one pair's day from its tag rows (writes)": (tag_figures._DAY_ROWS_OF["postgresql"],
+                                                                 [1, "project", "web", 0, US_PER_DAY]),
     **{f"badge, {name}": badges.newest_finished(1, series, POSTGRESQL) for name, series in BADGE_SERIES.items()},
 }
 
@@ -366,7 +382,10 @@ def test_statistics_by_tag_read_only_the_tag_index_on_postgresql(pg_conn, name):
         ((plan,),) = pg_conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
         document = json.loads(plan) if isinstance(plan, str) else plan
         reads = _node_types(document[0]["Plan"], "build_tags")
-        assert reads and set(reads) == {"Index Only Scan"}, f"{name}: {document}"
+        if "FROM tag_day_figures" in sql or "JOIN tag_day_figures" in sql:  # the kept figures of whole days
+            assert not reads and _node_types(document[0]["Plan"], "tag_day_figures"), f"{name}: {document}"
+        else:
+            assert reads and set(reads) == {"Index Only Scan"}, f"{name}: {document}"
 
 
 @pytest.mark.parametrize("kind", ["derivation_path", "status", "hour", "day"])

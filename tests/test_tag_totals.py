@@ -9,19 +9,23 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from conftest import write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from litestar.testing import TestClient
 from records import WITHOUT_STATS_COLUMNS
+from test_day_figures import plain_figures
 from test_totals import ORIGIN, SLOW_AND_FIXTURE, build_strategy, to_record, to_write_record, write_strategy
 
-from buildreport.filters import BuildFilter
+from buildreport.filters import BuildFilter, GroupBy, StatsQuery
 from buildreport.http.app import create_app
 from buildreport.imports.load import import_files
+from buildreport.insights.stats import build_stats
 from buildreport.models import BuildStatus
-from buildreport.store import open_database, queries, tag_totals
+from buildreport.store import day_figures, open_database, queries, stats_queries, tag_totals
+from buildreport.store.postgres import stats_queries as postgres_stats_queries
 from buildreport.store.reader import merge_summary_rows
 from buildreport.store.transaction import WriteSession
 from buildreport.times import to_us
@@ -60,12 +64,43 @@ def check_kept(conn: sqlite3.Connection, promote_at: int) -> None:
         stored = conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3, 4, 5").fetchall()
         assert stored == tag_totals_from_builds(conn, period), table
     promoted = set(conn.execute("SELECT account_id, key, value FROM tag_pairs").fetchall())
+    assert tag_day_figures(conn) == tag_day_figures_from_builds(conn)
     reached = set(
         conn.execute(
             "SELECT account_id, key, value FROM build_tags GROUP BY 1, 2, 3 HAVING count(*) >= ?", (promote_at,)
         ).fetchall()
     )
     assert reached <= promoted
+
+
+def tag_day_figures(conn: sqlite3.Connection) -> dict[tuple, tuple]:
+    """The kept day figures of the promoted pairs, unpacked: (pair, day, status) -> (builds, CPU, durations,
+    queue times)."""
+    return {
+        tuple(key): tuple(list(part) if i > 1 else part for i, part in enumerate(day_figures.unpack(bytes(value))))
+        for *key, value in conn.execute("SELECT account_id, key, value, day_us, status, figures FROM tag_day_figures")
+    }
+
+
+def tag_day_figures_from_builds(conn: sqlite3.Connection) -> dict[tuple, tuple]:
+    """The same, computed from the promoted pairs' builds."""
+    return plain_figures(conn.execute(
+        "SELECT p.account_id, p.key, p.value, b.create_us, b.status, b.cpu_seconds, b.duration_text, b.queue_text"
+        " FROM tag_pairs p JOIN build_tags t USING (account_id, key, value) JOIN builds b ON b.build_id = t.build_id"
+    ))
+
+
+def tag_stats_equal_raw(conn, account_id: int, build_filter: BuildFilter) -> None:
+    """Statistics by each tag, read as the reader reads them (the promoted values' whole days from their kept
+    figures), equal those read from the tag rows alone in one query."""
+    engine = postgres_stats_queries if getattr(conn, "engine", None) == "postgresql" else stats_queries
+    untagged = msgspec.structs.replace(build_filter, tags=())
+    for key in KEYS:
+        query = StatsQuery(untagged, GroupBy("tag", key), end_us=0, limit=100)
+        parts = engine.stats_parts(account_id, untagged, query.group_by)
+        read = build_stats([row for part in parts for row in conn.execute(*part).fetchall()], query)
+        raw = build_stats(conn.execute(*engine.stats_rows(account_id, untagged, query.group_by)).fetchall(), query)
+        assert read == raw, key
 
 
 def order_tags(lookup, account_id: int, build_filter: BuildFilter) -> tuple[BuildFilter, bool]:
@@ -126,6 +161,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_imports(fresh_db, batches
             check_kept(conn, promote_at)
         for window in windows:
             summary_equals_raw(conn, window["account_id"], to_filter(window))
+            tag_stats_equal_raw(conn, window["account_id"], to_filter(window))
         conn.close()
 
 
@@ -172,6 +208,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(fresh_db, req
         check_kept(conn, promote_at)
         for window in windows:
             summary_equals_raw(conn, window["account_id"], to_filter(window))
+            tag_stats_equal_raw(conn, window["account_id"], to_filter(window))
         conn.close()
 
 
@@ -209,7 +246,35 @@ def test_a_migrated_database_gets_totals_for_its_common_pairs(tmp_path):
     conn = open_database(tmp_path / "t.db")
     for table in kept:
         assert conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2, 3, 4, 5").fetchall() == expected[table], table
+    figures = tag_day_figures(conn)
+    assert {key[2] for key in figures} == {"web"}
+    assert figures == tag_day_figures_from_builds(conn)
     conn.close()
+
+
+def test_statistics_by_tag_read_the_whole_days_of_common_values_from_kept_figures(fresh_db, tmp_path):
+    """Over a window of whole days and partial ones, a common value's whole days come from its kept figures, its
+    partial days and a rare value from the tag rows; the groups are those the tag rows alone give."""
+    records = [
+        {**to_record({"build_id": i, "minutes": i * 50, "status": "built" if i % 3 else "build_failed",
+                      "duration": i, "cpu": i, "nar": 1}), "tags": {"project": "ml" if i == 31 else "web"}}
+        for i in range(1, 80, 2)  # one account's, over two days and a half
+    ]
+    with patched(PROMOTE_AT=5):
+        conn = open_database(fresh_db(tmp_path))
+        import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
+        ((account_id,),) = conn.execute("SELECT account_id FROM accounts WHERE name = 'globex'").fetchall()
+        low = to_us(ORIGIN) + 12 * 3_600 * 1_000_000
+        build_filter = BuildFilter(create_from_us=low, create_to_us=low + 2 * 86_400 * 1_000_000)
+        engine = postgres_stats_queries if getattr(conn, "engine", None) == "postgresql" else stats_queries
+        parts = engine.stats_parts(account_id, build_filter, GroupBy("tag", "project"))
+        kept, rare, *edges = (conn.execute(*part).fetchall() for part in parts)
+        assert {(value, status) for value, status, _ in kept} == {("web", "built"), ("web", "build_failed")}
+        assert all(isinstance(figures, bytes | memoryview) for *_, figures in kept)  # binary values
+        assert [row[0] for row in rare] == ["ml"]
+        assert len(edges) == 2 and all(row[0] == "web" for edge in edges for row in edge)
+        tag_stats_equal_raw(conn, account_id, build_filter)
+        conn.close()
 
 
 @pytest.mark.parametrize(

@@ -127,7 +127,9 @@ class _Parts:
             return self.ranked
         if self.ordered:
             return percentiles_of_runs(self.parts)
-        return percentiles(self.in_order())
+        # Values read one by one (a window's edges) are sorted apart, stored days left as they are: a month of a
+        # common tag value is mostly stored days.
+        return percentiles_of_runs([sorted(part) if isinstance(part, list) else part for part in self.parts])
 
 
 class _Group:

@@ -442,7 +442,8 @@ class BuildWriter:
         stale, stale_stats = [], []
         for build_id, old in olds:
             old_tags = STORED_JSON.decode(old.body).get("tags") or {}
-            figures = (old.status, old.cpu_seconds, old.duration_us, old.nar_size_bytes, old.start_us, old.stop_us)
+            figures = (old.status, old.cpu_seconds, old.duration_us, old.nar_size_bytes, old.start_us, old.stop_us,
+                       old.duration_text, old.queue_text)
             for k, v in old_tags.items():
                 stale.append((old.account_id, k, v, old.create_us, build_id))
                 stale_stats.append(figures)
@@ -481,8 +482,8 @@ class BuildWriter:
             tags = row.tag_values()
             fresh += tags
             b = row.build
-            fresh_stats += [(row.status, b.cpu_seconds, row.duration_us, row.nar_size_bytes, row.start_us, row.stop_us)
-                            ] * len(tags)
+            fresh_stats += [(row.status, b.cpu_seconds, row.duration_us, row.nar_size_bytes, row.start_us, row.stop_us,
+                             row.duration_text, row.queue_text)] * len(tags)
         self._conn.executemany(UPSERT_TAGS, fresh)
         self._tags.add(1, fresh, fresh_stats)
 

@@ -22,8 +22,8 @@ import sys
 from array import array
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
 
 from buildreport.store.kept import US_PER_DAY, WINDOW, KeptTable
 
@@ -228,33 +228,52 @@ def with_added(value: bytes, builds: int, cpu_seconds: int, durations: list[floa
     return header + merged.tobytes()
 
 
-def apply(conn: Any, deltas: dict[tuple[int, int, str], Delta]) -> set[tuple[int, int]]:
-    """Bring each (account, day start, status) touched by a write in step by its differences: the day's
-    stored value is read and written once, and no build of the day is read again. A day whose value does not
-    hold what a difference takes out is rebuilt from its builds. The (account, day start) whose figures changed,
-    for the summaries derived from them (day_summaries.py)."""
-    changed: set[tuple[int, int]] = set()
-    rebuild: set[tuple[int, int]] = set()
-    for (account_id, day, status), delta in sorted(deltas.items()):
+class KeptDays(NamedTuple):
+    """Where one kind of kept day figures is stored, its rows keyed by `(*day, status)`: a day being an
+    (account, day start) here, or a tag pair's day (tag_figures.py). `rebuild` makes days anew from their
+    builds."""
+
+    select: str
+    upsert: str
+    delete: str
+    rebuild: Callable[[Any, set[tuple]], object]
+
+
+def apply_to(conn: Any, kept: KeptDays, deltas: dict[tuple, Delta]) -> set[tuple]:
+    """Bring each `(*day, status)` touched by a write in step by its differences: the day's stored value is
+    read and written once, and no build of the day is read again. A day whose value does not hold what a
+    difference takes out is rebuilt from its builds. The days whose figures changed."""
+    changed: set[tuple] = set()
+    rebuild: set[tuple] = set()
+    for key, delta in sorted(deltas.items()):
         if delta.builds == 0 and delta.cpu_seconds == 0 and delta.added == delta.removed:
             continue  # a build written again as it was
-        key = (account_id, day, status)
-        changed.add((account_id, day))
-        row = conn.execute(_SELECT_ONE, key).fetchone()
+        day = key[:-1]
+        changed.add(day)
+        row = conn.execute(kept.select, key).fetchone()
         if row is not None and not delta.removed[0] and not delta.removed[1] and delta.builds >= 0:
             added = with_added(bytes(row[0]), delta.builds, delta.cpu_seconds, *delta.added)
-            conn.execute(_UPSERT, (*key, added))
+            conn.execute(kept.upsert, (*key, added))
             continue
         builds, cpu_seconds, durations, queue_times = unpack(row[0]) if row is not None else (0, 0, [], [])
         durations = _changed(list(durations), delta.added[0], delta.removed[0])
         queue_times = _changed(list(queue_times), delta.added[1], delta.removed[1])
         builds += delta.builds
         if durations is None or queue_times is None or builds < 0:
-            rebuild.add((account_id, day))
+            rebuild.add(day)
         elif builds == 0:
-            conn.execute(_DELETE_ONE, key)
+            conn.execute(kept.delete, key)
         else:
-            conn.execute(_UPSERT, (*key, pack(builds, cpu_seconds + delta.cpu_seconds, durations, queue_times)))
+            conn.execute(kept.upsert, (*key, pack(builds, cpu_seconds + delta.cpu_seconds, durations, queue_times)))
     if rebuild:
-        recompute(conn, rebuild)
+        kept.rebuild(conn, rebuild)
     return changed
+
+
+_ACCOUNT_DAYS = KeptDays(_SELECT_ONE, _UPSERT, _DELETE_ONE, recompute)
+
+
+def apply(conn: Any, deltas: dict[tuple, Delta]) -> set[tuple]:
+    """`apply_to` the figures of (account, day start, status): the (account, day start) whose figures changed,
+    for the summaries derived from them (day_summaries.py)."""
+    return apply_to(conn, _ACCOUNT_DAYS, deltas)

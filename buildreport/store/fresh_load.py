@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import msgspec
 
 from buildreport.models import BILLABLE
-from buildreport.store import day_figures, day_summaries, tag_totals
+from buildreport.store import day_figures, day_summaries, tag_figures, tag_totals
 from buildreport.store.build_rows import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS
 from buildreport.store.engines import Connection
 from buildreport.store.links import Conflict, LinkEnds, link_peers
@@ -164,7 +164,7 @@ _TAGS_OF_BUILDS = (
 _USAGE = "INSERT INTO daily_usage (account_id, day_us, builds, cpu_seconds) VALUES (?, ?, ?, ?)"
 # A database with no builds has no totals either; anything left in these tables would be out of step.
 _TOTALS_TABLES = ("hourly_totals", "daily_totals", "daily_usage", "day_figures", "day_summaries", "tag_pairs",
-                  "tag_hourly_totals", "tag_daily_totals")
+                  "tag_hourly_totals", "tag_daily_totals", "tag_day_figures")
 
 
 class FreshLoad:
@@ -235,6 +235,7 @@ class FreshLoad:
             conn.executemany(_TAG_PAIR, tags.pairs)
             conn.executemany(_TAG_HOURLY, tags.hourly)
             tag_totals.days_from_hours(conn)
+            tag_figures.fill_all(conn)
 
     def _finish_postgres(self, tags: TagTotalsRows | None) -> None:
         """As `finish`, in PostgreSQL: the tag rows and totals are computed from the stored builds, set-based."""
@@ -254,3 +255,4 @@ class FreshLoad:
             bulk.copy_rows(raw, "tag_pairs", ("account_id", "key", "value"), tags.pairs)
             bulk.copy_rows(raw, "tag_hourly_totals", _TAG_TOTALS_COLUMNS, tags.hourly)
             tag_totals.days_from_hours(conn)
+            tag_figures.fill_all(conn)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import msgspec
+
 from buildreport.filter_spec import FIELDS_BY_NAME
 from buildreport.filters import BuildFilter, set_fields
-from buildreport.times import US_PER_DAY
+from buildreport.times import US_PER_DAY, now_us
 
 US_PER_HOUR = US_PER_DAY // 24
 
@@ -48,3 +50,21 @@ def whole_periods(table: KeptTable, low: int, high: int | None) -> tuple[int, in
     if end is not None and end <= first:
         return None
     return first, end
+
+
+def whole_and_edges(table: KeptTable, build_filter: BuildFilter) -> tuple[int, int, list[BuildFilter]] | None:
+    """The first and the end of the table's whole periods in the filter's window, and the filters of the edges
+    before and after them, which the builds answer; None when the window holds no whole period. An open window's
+    whole periods end now (never at the newest build, which may be dated far ahead): later builds are an edge."""
+    low, high = build_filter.create_from_us, build_filter.create_to_us
+    whole = whole_periods(table, low, high if high is not None else max(now_us(), low))
+    if whole is None:
+        return None
+    first, end = whole
+    assert end is not None  # the window was given an end
+    edges = [
+        msgspec.structs.replace(build_filter, create_from_us=edge_low, create_to_us=edge_high)
+        for edge_low, edge_high in ((low, first), (end, high))
+        if edge_high is None or edge_low < edge_high
+    ]
+    return first, end, edges

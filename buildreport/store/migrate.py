@@ -38,6 +38,7 @@ TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tag_pairs", ("account_id", "key", "value")),
     ("tag_daily_totals", ("account_id", "key", "value", *_TOTALS[1:])),
     ("tag_hourly_totals", ("account_id", "key", "value", *_TOTALS[1:])),
+    ("tag_day_figures", ("account_id", "key", "value", "day_us", "status", "figures")),
     ("auth.tokens", ("token_id", "account", "digest", "scopes", "label", "created_us", "expires_us", "revoked_us",
                      "last_used_us", "claims")),
     ("auth.trust_policies", ("policy_id", "account", "issuer", "claims", "scopes", "lifetime_s", "created_us")),

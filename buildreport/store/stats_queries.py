@@ -12,7 +12,8 @@ every figure it needs:
   grouping by day, its row of `day_summaries` (without a status filter; see day_summaries.py) or of
   `day_figures` per status (see day_figures.py), both kept by the writer;
 - tag groups: the tag's values, found one by one in the tag index, then each value's tag rows in the window
-  (each tag row holds its build's status, CPU seconds, duration and queue time);
+  (each tag row holds its build's status, CPU seconds, duration and queue time); with a filter on the window
+  and statuses alone, a promoted value's whole days from `tag_day_figures` instead (see tag_figures.py);
 - derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
 - anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
 
@@ -35,7 +36,7 @@ import msgspec
 
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery, set_fields
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
-from buildreport.store import filter_sql
+from buildreport.store import filter_sql, tag_figures
 from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.day_summaries import DAY_SUMMARIES
 from buildreport.store.filter_sql import Query, in_list
@@ -161,24 +162,27 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
 
 
 def _value_groups(name: str, values: str, values_params: list[object], select: str, where: str,
-                  where_params: list[object], queues: bool) -> Query:
+                  where_params: list[object], queues: bool, skip: Query = ("", [])) -> Query:
     """Figures per value of the recursive row source `name` (each value found by one step in an index): one
-    subquery per value reads its builds; `where` names the value as `{value}`."""
+    subquery per value reads its builds; `where` names the value as `{value}`. `skip`, a condition on `v.value`
+    that leaves values out."""
     figures = f"(SELECT {figures_by_kind('b', queues)} {select} WHERE {where.format(value='v.value')})"
     sql = (
         f"WITH RECURSIVE {name}(value) AS ({values}),"
         f" value_groups(value, figures) AS MATERIALIZED (SELECT v.value, {figures} FROM {name} v"
-        " WHERE v.value IS NOT NULL)"
+        f" WHERE v.value IS NOT NULL{skip[0]})"
         # A group without builds has figures beginning with its count, 0.
         " SELECT value_groups.value, NULL, value_groups.figures FROM value_groups"
         " WHERE substr(value_groups.figures, 1, 3) <> '[0,'"
     )
-    return sql, [*values_params, *where_params]
+    return sql, [*values_params, *where_params, *skip[1]]
 
 
-def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bool) -> Query:
+def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bool, promoted: bool | None = None
+                ) -> Query:
     """Figures per value of the tag `key`: its values found one by one in the tag index, each value's builds in
     the window one range of the tag table, whose rows hold their build's figures (so it is named `b` here).
+    `promoted` True: only the values whose pairs are promoted (found in `tag_pairs`); False: the others.
 
     Only a filter on a field tag rows do not carry (`TAG_ROW_FIELDS`), such as a derivation path, needs the
     build itself, through `builds_by_time`: there `+` keeps SQLite from reaching the build by its rowid (a read
@@ -190,6 +194,13 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
         " WHERE t.account_id = ? AND t.key = ? AND t.value > tag_values.value)"
         " FROM tag_values WHERE tag_values.value IS NOT NULL"
     )
+    values_params: list[object] = [account_id, key, account_id, key]
+    skip: Query = ("", [])
+    if promoted:
+        values, values_params = "SELECT value FROM tag_pairs WHERE account_id = ? AND key = ?", [account_id, key]
+    elif promoted is not None:
+        skip = (" AND NOT EXISTS (SELECT 1 FROM tag_pairs p WHERE p.account_id = ? AND p.key = ?"
+                " AND p.value = v.value)", [account_id, key])
     if set_fields(build_filter) <= TAG_ROW_FIELDS:
         tag, select = "b", "FROM build_tags b"
     else:
@@ -201,7 +212,7 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
     conditions, condition_params = filter_sql.conditions(account_id, build_filter, "b", f"{tag}.create_us")
     where = f"{tag}.account_id = ? AND {tag}.key = ? AND {tag}.value = {{value}}{conditions}"
     where_params = [account_id, key, *condition_params]
-    return _value_groups("tag_values", values, [account_id, key, account_id, key], select, where, where_params, queues)
+    return _value_groups("tag_values", values, values_params, select, where, where_params, queues, skip)
 
 
 def _derivation_groups(account_id: int, build_filter: BuildFilter, queues: bool, low: str | None = None,
@@ -274,6 +285,12 @@ def stats_parts(
             _derivation_groups(account_id, build_filter, queue_times, high=PATH_SPLIT),
             _derivation_groups(account_id, build_filter, queue_times, low=PATH_SPLIT),
         ]
+    if group_by.kind == "tag" and group_by.tag_key is not None:
+        kept = tag_figures.kept_parts(
+            account_id, build_filter, group_by.tag_key,
+            lambda part, promoted: _tag_groups(account_id, part, group_by.tag_key, queue_times, promoted))
+        if kept is not None:
+            return kept
     if group_by.kind == "tag":
         low = build_filter.create_from_us
         high = build_filter.create_to_us if build_filter.create_to_us is not None else now_us()

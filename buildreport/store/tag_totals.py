@@ -20,6 +20,8 @@ import sqlite3
 import msgspec
 
 from buildreport.filters import BuildFilter
+from buildreport.store import tag_figures
+from buildreport.store.day_figures import Delta
 from buildreport.store.filter_sql import Query
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable
 from buildreport.store.totals import HourDelta
@@ -140,6 +142,7 @@ def recompute_all(conn: sqlite3.Connection) -> None:
     conn.execute(_PROMOTE_ALL, (PROMOTE_AT,))
     conn.execute(FILL_HOURLY)
     days_from_hours(conn)
+    tag_figures.fill_all(conn)
 
 
 def days_from_hours(conn: sqlite3.Connection) -> None:
@@ -161,7 +164,8 @@ _UPSERT = (
 )
 
 Pair = tuple[int, str, str]  # (account id, key, value)
-Stats = tuple[str, int, int | None, int, int, int | None]  # status, cpu, duration_us, nar, start_us, stop_us
+# status, cpu, duration_us, nar, start_us, stop_us, and the duration's and queue time's text
+Stats = tuple[str, int, int | None, int, int, int | None, str | None, str | None]
 
 
 def _least(*values: int | None) -> int | None:
@@ -195,17 +199,24 @@ def _apply_delta(conn: sqlite3.Connection, pair: Pair, hour: int, status: str, d
 
 
 def _promote(conn: sqlite3.Connection, pair: Pair) -> None:
-    """Make a pair that reached PROMOTE_AT a promoted one, its totals computed from its builds once."""
+    """Make a pair that reached PROMOTE_AT a promoted one, its totals and day figures computed from its builds
+    once."""
     conn.execute("INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)", pair)
     conn.execute(f"DELETE FROM tag_hourly_totals WHERE {_PAIR}", pair)
     conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR}", pair)
     conn.execute(_PAIR_HOURS, pair)
     conn.execute(_PAIR_DAYS, pair)
+    tag_figures.fill_pair(conn, pair)
 
 
-def apply_touched(conn: sqlite3.Connection, touched: dict[Pair, dict[tuple[int, str], HourDelta]]) -> None:
-    """Bring the totals of every pair a write touched in step by differences, hours first and then the days
-    made of them; promote pairs that reached PROMOTE_AT."""
+def apply_touched(
+    conn: sqlite3.Connection,
+    touched: dict[Pair, dict[tuple[int, str], HourDelta]],
+    figures: dict[Pair, dict[tuple[int, str], Delta]],
+) -> None:
+    """Bring the totals and day figures of every pair a write touched in step by differences (`touched` by
+    hour and status, `figures` by day and status), hours first and then the days made of them; promote pairs
+    that reached PROMOTE_AT."""
     for pair, deltas in touched.items():
         if conn.execute(f"SELECT 1 FROM tag_pairs WHERE {_PAIR}", pair).fetchone() is None:
             (count,) = conn.execute(_REACHED, (*pair, PROMOTE_AT)).fetchone()
@@ -219,37 +230,49 @@ def apply_touched(conn: sqlite3.Connection, touched: dict[Pair, dict[tuple[int, 
         for day in sorted(days):
             conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR} AND period_us = ?", (*pair, day))
             conn.execute(_DAY_OF_PAIR, (*pair, day, day + US_PER_DAY))
+        tag_figures.apply(conn, pair, figures.get(pair, {}))
 
 
 class TagTouches:
-    """What the builds a write adds and takes away change in each (pair, hour, status), until there are too
-    many pairs to track."""
+    """What the builds a write adds and takes away change in each (pair, hour, status), and in each (pair, day,
+    status)'s figures, until there are too many pairs to track."""
 
     def __init__(self) -> None:
         self.touched: dict[Pair, dict[tuple[int, str], HourDelta]] = {}
+        self.figures: dict[Pair, dict[tuple[int, str], Delta]] = {}
         self.overflow = False
 
     def add(self, sign: int, tags: list[tuple[int, str, str, int, int]], stats: list[Stats]) -> None:
         """Rows of build_tags, (account id, key, value, create_us, build id, ...), each with its build's figures."""
         if self.overflow:
             return
-        for (account_id, key, value, create_us, *_), (status, cpu, duration, nar, start, stop) in zip(
-            tags, stats, strict=True
-        ):
-            hours = self.touched.setdefault((account_id, key, value), {})
+        touched, figures = self.touched, self.figures
+        for (account_id, key, value, create_us, *_), (status, cpu, duration, nar, start, stop, duration_text,
+                                                       queue_text) in zip(tags, stats, strict=True):
+            pair = (account_id, key, value)
+            hours = touched.get(pair)
+            if hours is None:
+                hours = touched[pair] = {}
+                figures[pair] = {}
             slot = (create_us - create_us % US_PER_HOUR, status)
             delta = hours.get(slot)
             if delta is None:
                 delta = hours[slot] = HourDelta()
             delta.add(sign, cpu, duration, nar, start, stop)
-        if len(self.touched) > TRACK_LIMIT:
-            self.overflow, self.touched = True, {}
+            days = figures[pair]
+            day = (create_us - create_us % US_PER_DAY, status)
+            change = days.get(day)
+            if change is None:
+                change = days[day] = Delta()
+            change.add(sign, cpu, duration_text, queue_text)
+        if len(touched) > TRACK_LIMIT:
+            self.overflow, self.touched, self.figures = True, {}, {}
 
     def apply(self, conn: sqlite3.Connection) -> None:
         if self.overflow:
             recompute_all(conn)
         else:
-            apply_touched(conn, self.touched)
+            apply_touched(conn, self.touched, self.figures)
 
 
 def _pair_size(account_id: int, key: str, value: str, build_filter: BuildFilter, cap: int) -> Query:

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from buildreport.store import day_figures, day_summaries, events_schema, tag_totals, trust
+from buildreport.store import day_figures, day_summaries, events_schema, tag_figures, tag_totals, trust
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres.connection import BUILDS_CHANNEL, MIGRATION_LOCK, TOKENS_CHANNEL, PgConnection
 
@@ -51,6 +51,13 @@ def _keep_day_summaries(conn: psycopg.Connection[Any]) -> None:
 
 def _add_tag_hourly_totals(conn: psycopg.Connection[Any]) -> None:
     tag_totals.add_hourly(PgConnection(conn, ""), _totals_table("tag_hourly_totals", tagged=True))
+
+
+def _add_tag_day_figures(conn: psycopg.Connection[Any]) -> None:
+    """Each day's figures of the promoted tag pairs (see tag_figures.py), made anew from their tag rows."""
+    conn.execute("DROP TABLE IF EXISTS tag_day_figures")
+    conn.execute(tag_figures.TABLE.format(integer="BIGINT", blob="BYTEA"))
+    tag_figures.fill_all(PgConnection(conn, ""))
 
 
 # The tables of the SQLite schema at its version 5, with PostgreSQL's types; each later entry migrates from
@@ -226,6 +233,8 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     CREATE TRIGGER builds_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON builds
         FOR EACH STATEMENT EXECUTE FUNCTION builds_changed();
     """,
+    # Each day's figures of the promoted tag pairs (see the SQLite schema).
+    _add_tag_day_figures,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -321,8 +330,8 @@ def refresh_statistics(conn: PgConnection, builds_written: int) -> None:
 # Everything buildreport creates in its database, for `demo` to take away what a failed start made.
 _OBJECTS = (
     "builds", "build_tags", "build_logs", "day_figures", "day_summaries", "hourly_totals", "daily_totals",
-    "daily_usage", "kept_usage", "tag_pairs", "tag_daily_totals", "tag_hourly_totals", "deliveries", "hooks",
-    "events", "event_series", "accounts", "buildreport_schema",
+    "daily_usage", "kept_usage", "tag_pairs", "tag_daily_totals", "tag_hourly_totals", "tag_day_figures",
+    "deliveries", "hooks", "events", "event_series", "accounts", "buildreport_schema",
 )  # fmt: skip
 
 

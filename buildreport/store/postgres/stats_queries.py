@@ -11,7 +11,7 @@ Both engines answer from the same kept figures and the same index ranges:
   SQLite's answer;
 - by tag (no filter the tag rows cannot answer): the tag's values found one by one in the tag index, then each
   value's tag rows in the window, one range of the index, which holds their figures (an index-only scan); joined
-  to the builds, the tag table was read whole;
+  to the builds, the tag table was read whole; a promoted value's whole days from `tag_day_figures`, as on SQLite;
 - anything else is grouped in one pass over the matching builds.
 
 Only these differ between the engines; every other insights query is shared.
@@ -21,17 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import msgspec
-
 from buildreport.filters import BuildFilter, GroupBy, UsageQuery, set_fields
 from buildreport.models import FAILED
-from buildreport.store import filter_sql
+from buildreport.store import filter_sql, tag_figures
 from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.day_summaries import DAY_SUMMARIES
 from buildreport.store.filter_sql import BinaryResults, Query, in_list
-from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, answers, whole_periods
+from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, answers, whole_and_edges
 from buildreport.store.stats_queries import TAG_ROW_FIELDS, figures_by_kind, figures_by_status, stopped_billable
-from buildreport.times import now_us
 
 JSON = "convert_from(b.body, 'UTF8')::json"  # a build's stored JSON, taken apart only where a figure needs it
 _GROUP_COLUMNS = {
@@ -68,11 +65,20 @@ def _tag_values(account_id: int, key: str) -> Query:
     return sql, [account_id, key, account_id, key]
 
 
-def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bool) -> Query:
+def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bool, promoted: bool | None = None
+                ) -> Query:
     """Figures per value of the tag `key` from the tag rows alone, which hold their build's status and figures:
     each value's rows in the window are one range of the tag index, summed as one row of every status (grouped
-    by status, the rows were sorted first, which cost a third of the answer)."""
+    by status, the rows were sorted first, which cost a third of the answer). `promoted` True: only the values
+    whose pairs are promoted (found in `tag_pairs`); False: the others."""
     values, values_params = _tag_values(account_id, key)
+    skip, skip_params = "", []
+    if promoted:
+        values = "WITH tag_values(value) AS (SELECT value FROM tag_pairs WHERE account_id = ? AND key = ?)"
+        values_params = [account_id, key]
+    elif promoted is not None:
+        skip = " AND NOT EXISTS (SELECT 1 FROM tag_pairs p WHERE p.account_id = ? AND p.key = ? AND p.value = v.value)"
+        skip_params = [account_id, key]
     conditions, condition_params = filter_sql.conditions(account_id, build_filter, "g")
     figures = (
         f"SELECT count(*) AS builds, {figures_by_kind('g', queues, _string_agg)} AS figures FROM build_tags g"
@@ -80,9 +86,9 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
     )
     sql = (
         f"{values} SELECT v.value, NULL, f.figures FROM tag_values v CROSS JOIN LATERAL ({figures}) AS f"
-        " WHERE v.value IS NOT NULL AND f.builds > 0"
+        f" WHERE v.value IS NOT NULL AND f.builds > 0{skip}"
     )
-    return sql, [*values_params, account_id, key, *condition_params]
+    return sql, [*values_params, account_id, key, *condition_params, *skip_params]
 
 
 def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, queue_times: bool = True) -> Query:
@@ -129,21 +135,12 @@ def kept_days(account_id: int, build_filter: BuildFilter, first: int, end: int) 
 def _day_parts(account_id: int, build_filter: BuildFilter, queue_times: bool) -> list[Query] | None:
     """A grouping by day as the window's whole days from kept figures and its edges from the builds; None when
     the kept figures do not answer the filter or the window holds no whole day."""
-    if not answers(DAY_FIGURES, build_filter):
+    split = whole_and_edges(DAY_FIGURES, build_filter) if answers(DAY_FIGURES, build_filter) else None
+    if split is None:
         return None
-    low, high = build_filter.create_from_us, build_filter.create_to_us
-    # Whole days up to the window's end, or now: never to the newest build, which may be dated far ahead.
-    whole = whole_periods(DAY_FIGURES, low, high if high is not None else max(now_us(), low))
-    if whole is None:
-        return None
-    first, end = whole
-    assert end is not None  # the window was given an end
-    parts = [kept_days(account_id, build_filter, first, end)]
-    for edge_low, edge_high in ((low, first), (end, high)):
-        if edge_high is None or edge_low < edge_high:
-            edge = msgspec.structs.replace(build_filter, create_from_us=edge_low, create_to_us=edge_high)
-            parts.append(stats_rows(account_id, edge, GroupBy("day"), queue_times))
-    return parts
+    first, end, edges = split
+    return [kept_days(account_id, build_filter, first, end),
+            *(stats_rows(account_id, edge, GroupBy("day"), queue_times) for edge in edges)]
 
 
 def stats_parts(
@@ -154,11 +151,14 @@ def stats_parts(
     as one query. Nothing is split in halves as SQLite's walks are: two server processes and the request's own
     work then contend for the cores, and on two cores answers by day and by tag took a fifth longer than in one
     query each (measured at a million builds)."""
+    parts = None
     if group_by.kind == "day":
         parts = _day_parts(account_id, build_filter, queue_times)
-        if parts is not None:
-            return parts
-    return [stats_rows(account_id, build_filter, group_by, queue_times)]
+    elif group_by.kind == "tag" and group_by.tag_key is not None:
+        parts = tag_figures.kept_parts(
+            account_id, build_filter, group_by.tag_key,
+            lambda part, promoted: _tag_groups(account_id, part, group_by.tag_key, queue_times, promoted))
+    return parts if parts is not None else [stats_rows(account_id, build_filter, group_by, queue_times)]
 
 
 def body_parts(build_ids: Sequence[int]) -> list[Query]:
