@@ -258,6 +258,29 @@ def test_connections_run_their_queries_without_jit_compilation(pg_url):
         conn.close()
 
 
+def test_a_statement_given_no_rows_sends_nothing_to_the_server(pg_url, tmp_path):
+    """A write's statements for rows it may not have (stale tags, logs) cost no round trip when it has none:
+    a request of many records naming one build writes them one after another."""
+    from buildreport.store import open_database
+
+    def traced(rows: list[tuple[int]]) -> str:
+        path = tmp_path / "trace"
+        with path.open("w") as trace:
+            conn.raw.pgconn.trace(trace.fileno())  # libpq's PQtrace: every message to and from the server
+            try:
+                conn.executemany("DELETE FROM build_logs WHERE build_id = ?", rows)
+            finally:
+                conn.raw.pgconn.untrace()
+        return path.read_text()
+
+    conn = open_database(pg_url)
+    try:
+        assert traced([]) == ""
+        assert "build_logs" in traced([(1,), (2,)])
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("url", ["postgresql://u:secret@127.0.0.1:99999/x", "postgresql://u:secret@[::1/x",
                                  "postgresql://u:secret@%zz/x"])
 @pytest.mark.parametrize("command", [["token", "list"], ["export", "--account", "a"], ["import"]])

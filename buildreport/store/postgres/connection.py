@@ -124,9 +124,13 @@ class PgConnection:
             self._conn.execute(statement)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> PgCursor:
-        """psycopg sends every row's statement at once (libpq's pipeline mode) and the server answers them all."""
+        """psycopg sends every row's statement at once (libpq's pipeline mode) and the server answers them all.
+        No rows send nothing: psycopg would still enter the pipeline and wait for the server's answer."""
+        params = [tuple(row) for row in rows]
+        if not params:
+            return PgCursor(None)
         cursor = self._conn.cursor()
-        cursor.executemany(translate(sql), [tuple(row) for row in rows])
+        cursor.executemany(translate(sql), params)
         return PgCursor(cursor)
 
     def commit(self) -> None:
