@@ -100,7 +100,7 @@ QUERIES = {
                                                              [1, "project", "web", 0, US_PER_DAY]),
     "tag totals of one pair's days from its hours (writes)": (tag_totals._PAIR_DAYS, [1, "project", "web"]),
     # (named as the engines' own statistics are: PostgreSQL's is its own below)
-    "stats by tag, one pair's day from its tag rows (writes)": (tag_figures._DAY_ROWS_OF["sqlite"],
+    "stats by tag, one pair's day from its tag rows (writes)": (tag_figures.day_rows(SQLITE),
                                                                  [1, "project", "web", 0, US_PER_DAY]),
     "next day of one pair (writes)": (tag_figures._NEXT, [1, "project", "web", 0]),
     "kept figures of one pair's day and status (writes)": (tag_figures._PAIR_DAYS.select,
@@ -309,7 +309,7 @@ PG_QUERIES = {
         for name, to in (("open", None), ("closed", START + 1))
     },
     "export bodies, one query": postgres_stats.body_parts([3, 1, 2, 4])[0],
-    "stats by tag, one pair's day from its tag rows (writes)": (tag_figures._DAY_ROWS_OF["postgresql"],
+    "stats by tag, one pair's day from its tag rows (writes)": (tag_figures.day_rows(POSTGRESQL),
                                                                  [1, "project", "web", 0, US_PER_DAY]),
     **{f"badge, {name}": badges.newest_finished(1, series, POSTGRESQL) for name, series in BADGE_SERIES.items()},
 }

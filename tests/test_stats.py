@@ -15,10 +15,11 @@ import pytest
 from conftest import ENGINES, NOW, Env, auth, new_database, record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_figures import plain_percentiles as plain_run_percentiles
 
 from buildreport.figures import nearest_rank
 from buildreport.filters import BuildFilter, GroupBy, StatsQuery
-from buildreport.insights.stats import build_stats, derivation_name, percentiles, value_groups
+from buildreport.insights.stats import build_stats, derivation_name, value_groups
 from buildreport.models import BuildStatus
 from buildreport.store import open_database, open_reader, stats_queries
 
@@ -491,22 +492,5 @@ def test_groups_of_stored_days_and_single_builds_hold_every_value_and_leave_the_
         for key, group in groups.items():
             expected = sorted(v for k, _, values in parts if k == key for v in values)
             assert group.p95_duration() == (nearest_rank(expected, 95) if expected else None)
-            assert group.queues.percentiles() == percentiles(list(expected))
+            assert group.queues.percentiles() == plain_run_percentiles([expected])
     assert [(key, list(figures[3]), list(figures[4])) for key, figures in rows] == before
-
-
-@given(
-    st.lists(
-        st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 1e-7, 7200.125]) | st.floats(0, 1e9, allow_nan=False)),
-        min_size=1,
-        max_size=9,
-    )
-)
-def test_percentiles_of_stored_days_runs_equal_those_of_their_values_sorted(runs):
-    """Values made of ascending runs (a stored day's array per status) give the percentiles of all of them sorted,
-    whichever run is the longest, with ties and empty runs among them."""
-    values, ends = array("d"), []
-    for run in runs:
-        values.extend(sorted(run))
-        ends.append(len(values))
-    assert percentiles(values, ends) == percentiles(sorted(values))

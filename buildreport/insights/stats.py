@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, PERCENTS, nearest_rank, percentiles_of_runs
+from buildreport.figures import BILLABLE_STATUSES, KIND_INDEX, nearest_rank, percentiles_of_runs
 from buildreport.filters import MAX_TIME_GROUPS, GroupBy, StatsQuery
 from buildreport.models import BuildStatsGroup, Percentiles, UsageBreakdownGroup
 from buildreport.store import day_figures, day_summaries
@@ -26,27 +26,6 @@ Values = Sequence[float]
 # A day's kept summary gives its percentiles, already ranked, in place of its values.
 Part = Values | Percentiles
 _TAGS = msgspec.json.Decoder(dict[str, str])
-
-
-def ascending(values: Values) -> list[float]:
-    """The values sorted, as a list: a list is sorted in place (a copy of a year's values costs), any other
-    sequence is copied into one only now, when its group's percentiles are asked for."""
-    if isinstance(values, list):
-        values.sort()
-        return values
-    return sorted(values)
-
-
-def percentiles(values: Values, runs: list[int] | None = None) -> Percentiles | None:
-    """The percentiles of values (see `ascending`); `runs`, when given, the ends of the ascending runs the values
-    are made of, which spares sorting them."""
-    if runs is not None and values:
-        starts = [0, *runs[:-1]]
-        return percentiles_of_runs([values[start:end] for start, end in zip(starts, runs, strict=True)])
-    ordered = ascending(values)
-    if not ordered:
-        return None
-    return Percentiles(*(nearest_rank(ordered, percent) for percent in PERCENTS), ordered[-1])
 
 
 def period_key(kind: str, start_us: int) -> str:

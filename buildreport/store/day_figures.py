@@ -162,24 +162,29 @@ def recompute(conn: Any, days: Iterable[tuple[int, int]]) -> set[tuple[int, int]
 
 class Delta:
     """What one write changes in a day's figures of one status: builds and CPU seconds added or taken away,
-    and the durations and queue times that come and go."""
+    and the durations and queue times that come and go, as their stored text until the day is applied (a tag
+    pair's differences are collected for every pair and applied only to the promoted ones)."""
 
     __slots__ = ("added", "builds", "cpu_seconds", "removed")
 
     def __init__(self) -> None:
         self.builds = 0
         self.cpu_seconds = 0
-        self.added: tuple[list[float], list[float]] = ([], [])
-        self.removed: tuple[list[float], list[float]] = ([], [])
+        self.added: tuple[list[str], list[str]] = ([], [])
+        self.removed: tuple[list[str], list[str]] = ([], [])
 
     def add(self, sign: int, cpu_seconds: int, duration_text: str | None, queue_text: str | None) -> None:
         self.builds += sign
         self.cpu_seconds += sign * cpu_seconds
         into = self.added if sign > 0 else self.removed
         if duration_text is not None:
-            into[0].append(float(duration_text))
+            into[0].append(duration_text)
         if queue_text is not None:
-            into[1].append(float(queue_text))
+            into[1].append(queue_text)
+
+    def numbers(self) -> tuple[list[float], list[float], list[float], list[float]]:
+        """The durations and queue times added, then those taken away."""
+        return tuple([float(text) for text in texts] for texts in (*self.added, *self.removed))  # type: ignore[return-value]
 
 
 def _changed(values: list[float], added: list[float], removed: list[float]) -> list[float] | None:
@@ -251,13 +256,14 @@ def apply_to(conn: Any, kept: KeptDays, deltas: dict[tuple, Delta]) -> set[tuple
         day = key[:-1]
         changed.add(day)
         row = conn.execute(kept.select, key).fetchone()
-        if row is not None and not delta.removed[0] and not delta.removed[1] and delta.builds >= 0:
-            added = with_added(bytes(row[0]), delta.builds, delta.cpu_seconds, *delta.added)
-            conn.execute(kept.upsert, (*key, added))
+        added_durations, added_queue_times, removed_durations, removed_queue_times = delta.numbers()
+        if row is not None and not removed_durations and not removed_queue_times and delta.builds >= 0:
+            value = with_added(bytes(row[0]), delta.builds, delta.cpu_seconds, added_durations, added_queue_times)
+            conn.execute(kept.upsert, (*key, value))
             continue
         builds, cpu_seconds, durations, queue_times = unpack(row[0]) if row is not None else (0, 0, [], [])
-        durations = _changed(list(durations), delta.added[0], delta.removed[0])
-        queue_times = _changed(list(queue_times), delta.added[1], delta.removed[1])
+        durations = _changed(list(durations), added_durations, removed_durations)
+        queue_times = _changed(list(queue_times), added_queue_times, removed_queue_times)
         builds += delta.builds
         if durations is None or queue_times is None or builds < 0:
             rebuild.add(day)

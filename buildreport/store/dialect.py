@@ -4,6 +4,8 @@ store says is the same SQL on both."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 
@@ -14,6 +16,12 @@ class Dialect(msgspec.Struct, frozen=True):
     derivation_name: str = ""
     # Rows a deliverer is about to lease: PostgreSQL passes over those another server is leasing right now.
     skip_locked: str = ""
+    # The aggregate that joins a column's values with commas, nulls left out; `{}` is the column.
+    comma_joined: str = "group_concat({})"
+
+    def joined(self, column: str) -> str:
+        """The engine's aggregate joining `column`'s values with commas."""
+        return self.comma_joined.format(column)
 
 
 def _sqlite_derivation_name() -> str:
@@ -49,5 +57,11 @@ POSTGRESQL = Dialect(
         r" '^[^-]*-(.+)$', '\1')"
     ),
     skip_locked="FOR UPDATE OF d SKIP LOCKED",
+    comma_joined="string_agg({}, ',')",
 )
+
+
+def dialect_of(conn: Any) -> Dialect:
+    """The dialect of a synchronous connection of either engine (a PostgreSQL one names its engine)."""
+    return POSTGRESQL if getattr(conn, "engine", None) == "postgresql" else SQLITE
 

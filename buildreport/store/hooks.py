@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from buildreport.events.models import Delivery, DeliveryState, EventType, Hook, HookFormat
-from buildreport.store.dialect import POSTGRESQL, SQLITE
+from buildreport.store.dialect import dialect_of
 from buildreport.times import from_us
 
 SECRET_BYTES = 32
@@ -40,10 +40,6 @@ class Claimed(msgspec.Struct):
 
 class UnknownHook(LookupError):
     pass
-
-
-def _dialect(conn: Any) -> Any:
-    return POSTGRESQL if getattr(conn, "engine", None) == "postgresql" else SQLITE
 
 
 def _account_id(conn: Any, account: str, now_us: int) -> int:
@@ -160,7 +156,7 @@ RETURNING delivery_id
 
 def claim(conn: Any, now_us: int, lease_until_us: int, owner: str, limit: int) -> list[Claimed]:
     """Lease up to `limit` deliveries that are due, at most one a hook, and what sending them needs."""
-    sql = CLAIM.format(skip_locked=_dialect(conn).skip_locked)
+    sql = CLAIM.format(skip_locked=dialect_of(conn).skip_locked)
     with conn:
         ids = [row[0] for row in conn.execute(sql, (lease_until_us, owner, now_us, now_us, limit, now_us))]
     if not ids:

@@ -39,6 +39,7 @@ from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISH
 from buildreport.store import filter_sql, tag_figures
 from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.day_summaries import DAY_SUMMARIES
+from buildreport.store.dialect import SQLITE
 from buildreport.store.filter_sql import Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable, answers
 from buildreport.store.queries import ordered, usage_days
@@ -48,11 +49,6 @@ _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
 _IDS = msgspec.json.Decoder(list[int])
 # Names of the row sources a statistics query makes itself (not tables): scanning them reads no table.
 ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "p", "v", "value_groups")
-
-
-def group_concat(column: str) -> str:
-    """SQLite's aggregate that joins a column's values with commas, nulls left out."""
-    return f"group_concat({column})"
 
 
 Concat = Callable[[str], str]
@@ -65,13 +61,13 @@ def _arrays(alias: str, queues: bool, concat: Concat) -> str:
     return f"'[' || coalesce({concat(f'{alias}.duration_text')}, '') || '],[' || {queue_times} || ']'"
 
 
-def figures_by_status(alias: str, queues: bool, concat: Concat = group_concat) -> str:
+def figures_by_status(alias: str, queues: bool, concat: Concat = SQLITE.joined) -> str:
     """A group's figures for builds of one status; `concat` is the engine's comma-joining aggregate."""
     arrays = _arrays(alias, queues, concat)
     return f"'[' || count(*) || ',' || coalesce(sum({alias}.cpu_seconds), 0) || ',' || {arrays} || ']'"
 
 
-def figures_by_kind(alias: str, queues: bool, concat: Concat = group_concat) -> str:
+def figures_by_kind(alias: str, queues: bool, concat: Concat = SQLITE.joined) -> str:
     """A group's figures for builds of any status: all builds, the successful, discarded and unfinished ones,
     CPU seconds and those of builds that are not billable. Statuses are compared one by one: cheaper per build
     than `IN`, which SQLite answers from a small temporary index."""

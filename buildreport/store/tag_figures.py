@@ -21,6 +21,7 @@ import msgspec
 
 from buildreport.filters import BuildFilter
 from buildreport.store.day_figures import Delta, KeptDays, apply_to, pack
+from buildreport.store.dialect import Dialect, dialect_of
 from buildreport.store.filter_sql import BinaryResults, Query
 from buildreport.store.kept import US_PER_DAY, WINDOW, KeptTable, answers, whole_and_edges
 
@@ -51,16 +52,17 @@ _UPSERT = (
 # status, the durations and queue times as the numbers' text joined by commas: the engine reads and joins them,
 # where taking each row into Python cost a large import three times as much (bench/notes.md).
 _DAY_ROWS = (
-    "SELECT status, count(*), CAST(sum(cpu_seconds) AS BIGINT), {concat}(duration_text{comma}),"
-    " {concat}(queue_text{comma}) FROM build_tags WHERE {pair} AND create_us >= ? AND create_us < ? GROUP BY status"
+    "SELECT status, count(*), CAST(sum(cpu_seconds) AS BIGINT), {durations}, {queue_times}"
+    f" FROM build_tags WHERE {_PAIR} AND create_us >= ? AND create_us < ? GROUP BY status"
 )
-_DAY_ROWS_OF = {
-    "sqlite": _DAY_ROWS.format(concat="group_concat", comma="", pair=_PAIR),
-    "postgresql": _DAY_ROWS.format(concat="string_agg", comma=", ','", pair=_PAIR),
-}
 _NUMBERS = msgspec.json.Decoder(list[float])
 # The first of a pair's builds created at or after a time: the days of a pair are found one by one.
 _NEXT = f"SELECT min(create_us) FROM build_tags WHERE {_PAIR} AND create_us >= ?"
+
+
+def day_rows(dialect: Dialect) -> str:
+    """The statement that sums one day of a pair's tag rows by status, in the engine's dialect."""
+    return _DAY_ROWS.format(durations=dialect.joined("duration_text"), queue_times=dialect.joined("queue_text"))
 
 
 def _numbers(joined: str | None) -> list[float]:
@@ -69,7 +71,7 @@ def _numbers(joined: str | None) -> list[float]:
 
 def _write_day(conn: Any, pair: Pair, day: int) -> None:
     """Make one day of a pair anew from its tag rows (none left: no rows)."""
-    sql = _DAY_ROWS_OF[getattr(conn, "engine", "sqlite")]
+    sql = day_rows(dialect_of(conn))
     rows = [
         (*pair, day, status, pack(builds, cpu_seconds, _numbers(durations), _numbers(queue_times)))
         for status, builds, cpu_seconds, durations, queue_times in conn.execute(

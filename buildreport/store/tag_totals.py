@@ -230,7 +230,7 @@ def apply_touched(
         for day in sorted(days):
             conn.execute(f"DELETE FROM tag_daily_totals WHERE {_PAIR} AND period_us = ?", (*pair, day))
             conn.execute(_DAY_OF_PAIR, (*pair, day, day + US_PER_DAY))
-        tag_figures.apply(conn, pair, figures.get(pair, {}))
+        tag_figures.apply(conn, pair, figures[pair])
 
 
 class TagTouches:

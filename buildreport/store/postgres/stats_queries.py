@@ -26,6 +26,7 @@ from buildreport.models import FAILED
 from buildreport.store import filter_sql, tag_figures
 from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.day_summaries import DAY_SUMMARIES
+from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.filter_sql import BinaryResults, Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, answers, whole_and_edges
 from buildreport.store.stats_queries import TAG_ROW_FIELDS, figures_by_kind, figures_by_status, stopped_billable
@@ -45,11 +46,6 @@ _NEWEST = f"(array_agg({_MARK} ORDER BY b.create_us DESC, b.build_id DESC))[1]"
 _NEWEST_FAILED = (
     f"(array_agg({_MARK} ORDER BY b.create_us DESC, b.build_id DESC) FILTER (WHERE b.status IN {in_list(FAILED)}))[1]"
 )
-
-
-def _string_agg(column: str) -> str:
-    """PostgreSQL's aggregate that joins a column's values with commas, nulls left out."""
-    return f"string_agg({column}, ',')"
 
 
 def _tag_values(account_id: int, key: str) -> Query:
@@ -81,7 +77,7 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
         skip_params = [account_id, key]
     conditions, condition_params = filter_sql.conditions(account_id, build_filter, "g")
     figures = (
-        f"SELECT count(*) AS builds, {figures_by_kind('g', queues, _string_agg)} AS figures FROM build_tags g"
+        f"SELECT count(*) AS builds, {figures_by_kind('g', queues, POSTGRESQL.joined)} AS figures FROM build_tags g"
         f" WHERE g.account_id = ? AND g.key = ? AND g.value = v.value{conditions}"
     )
     sql = (
@@ -106,13 +102,13 @@ def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, qu
             " AND g.value = v.value AND g.create_us = b.create_us AND g.build_id = b.build_id"
         )
         return (
-            f"{values} SELECT v.value, b.status, {figures_by_status('b', queue_times, _string_agg)} FROM {source}"
+            f"{values} SELECT v.value, b.status, {figures_by_status('b', queue_times, POSTGRESQL.joined)} FROM {source}"
             f" WHERE {where} AND v.value IS NOT NULL GROUP BY v.value, b.status",
             [*values_params, group_by.tag_key, *params],
         )
     source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     column = _GROUP_COLUMNS[group_by.kind]
-    figures = figures_by_status("b", queue_times, _string_agg)
+    figures = figures_by_status("b", queue_times, POSTGRESQL.joined)
     sql = f"SELECT {column} AS g, b.status, {figures} FROM {source} WHERE {where} GROUP BY 1, 2"
     return sql, params
 
