@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import msgspec
 
 from buildreport.models import BILLABLE
-from buildreport.store import day_figures, day_summaries, tag_figures, tag_totals
+from buildreport.store import day_figures, day_summaries, tag_totals
 from buildreport.store.build_rows import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS
 from buildreport.store.engines import Connection
 from buildreport.store.links import Conflict, LinkEnds, link_peers
@@ -234,8 +234,7 @@ class FreshLoad:
         else:
             conn.executemany(_TAG_PAIR, tags.pairs)
             conn.executemany(_TAG_HOURLY, tags.hourly)
-            tag_totals.days_from_hours(conn)
-            tag_figures.fill_all(conn)
+            tag_totals.fill_from_hours(conn)
 
     def _finish_postgres(self, tags: TagTotalsRows | None) -> None:
         """As `finish`, in PostgreSQL: the tag rows and totals are computed from the stored builds, set-based."""
@@ -254,5 +253,4 @@ class FreshLoad:
         else:
             bulk.copy_rows(raw, "tag_pairs", ("account_id", "key", "value"), tags.pairs)
             bulk.copy_rows(raw, "tag_hourly_totals", _TAG_TOTALS_COLUMNS, tags.hourly)
-            tag_totals.days_from_hours(conn)
-            tag_figures.fill_all(conn)
+            tag_totals.fill_from_hours(conn)

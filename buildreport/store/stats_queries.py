@@ -193,10 +193,9 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
     values_params: list[object] = [account_id, key, account_id, key]
     skip: Query = ("", [])
     if promoted:
-        values, values_params = "SELECT value FROM tag_pairs WHERE account_id = ? AND key = ?", [account_id, key]
+        values, values_params = tag_figures.PROMOTED_VALUES, [account_id, key]
     elif promoted is not None:
-        skip = (" AND NOT EXISTS (SELECT 1 FROM tag_pairs p WHERE p.account_id = ? AND p.key = ?"
-                " AND p.value = v.value)", [account_id, key])
+        skip = (tag_figures.NOT_PROMOTED, [account_id, key])
     if set_fields(build_filter) <= TAG_ROW_FIELDS:
         tag, select = "b", "FROM build_tags b"
     else:

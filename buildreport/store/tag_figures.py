@@ -56,6 +56,10 @@ _DAY_ROWS = (
     f" FROM build_tags WHERE {_PAIR} AND create_us >= ? AND create_us < ? GROUP BY status"
 )
 _NUMBERS = msgspec.json.Decoder(list[float])
+# The promoted values of a tag (account id and key as parameters), and a condition that leaves them out of the
+# values `v` of a grouping: the two halves of the values in a grouping by tag that reads kept figures.
+PROMOTED_VALUES = "SELECT value FROM tag_pairs WHERE account_id = ? AND key = ?"
+NOT_PROMOTED = " AND NOT EXISTS (SELECT 1 FROM tag_pairs p WHERE p.account_id = ? AND p.key = ? AND p.value = v.value)"
 # The first of a pair's builds created at or after a time: the days of a pair are found one by one.
 _NEXT = f"SELECT min(create_us) FROM build_tags WHERE {_PAIR} AND create_us >= ?"
 
@@ -69,41 +73,46 @@ def _numbers(joined: str | None) -> list[float]:
     return _NUMBERS.decode(f"[{joined}]") if joined else []
 
 
-def _write_day(conn: Any, pair: Pair, day: int) -> None:
-    """Make one day of a pair anew from its tag rows (none left: no rows)."""
-    sql = day_rows(dialect_of(conn))
+def _insert_day(conn: Any, sql: str, pair: Pair, day: int) -> None:
+    """Insert one day of a pair from its tag rows (`sql`: day_rows in the engine's dialect); it has no rows yet."""
     rows = [
         (*pair, day, status, pack(builds, cpu_seconds, _numbers(durations), _numbers(queue_times)))
         for status, builds, cpu_seconds, durations, queue_times in conn.execute(
             sql, (*pair, day, day + US_PER_DAY)
         ).fetchall()
     ]
-    conn.execute(f"DELETE FROM tag_day_figures WHERE {_PAIR} AND day_us = ?", (*pair, day))
-    if rows:
-        conn.executemany(_INSERT, rows)
+    conn.executemany(_INSERT, rows)
 
 
 def recompute(conn: Any, days: set[tuple]) -> None:
     """Make each (account, key, value, day start) anew from the pair's tag rows of that day."""
+    sql = day_rows(dialect_of(conn))
     for account_id, key, value, day in sorted(days):
-        _write_day(conn, (account_id, key, value), day)
+        conn.execute(f"DELETE FROM tag_day_figures WHERE {_PAIR} AND day_us = ?", (account_id, key, value, day))
+        _insert_day(conn, sql, (account_id, key, value), day)
 
 
-def fill_pair(conn: Any, pair: Pair) -> None:
-    """Make every day of a pair from its tag rows, a day at a time (the memory of one day's builds)."""
-    conn.execute(f"DELETE FROM tag_day_figures WHERE {_PAIR}", pair)
+def _insert_pair(conn: Any, sql: str, pair: Pair) -> None:
+    """Insert every day of a pair, which has no rows yet, a day at a time (the memory of one day's builds)."""
     start = 0  # no build is created before 1970
     while (first := conn.execute(_NEXT, (*pair, start)).fetchone()[0]) is not None:
         day = first - first % US_PER_DAY
-        _write_day(conn, pair, day)
+        _insert_day(conn, sql, pair, day)
         start = day + US_PER_DAY
+
+
+def fill_pair(conn: Any, pair: Pair) -> None:
+    """Make every day of a pair anew from its tag rows."""
+    conn.execute(f"DELETE FROM tag_day_figures WHERE {_PAIR}", pair)
+    _insert_pair(conn, day_rows(dialect_of(conn)), pair)
 
 
 def fill_all(conn: Any) -> None:
     """Make the figures of every promoted pair anew (`tag_pairs` must be complete)."""
     conn.execute("DELETE FROM tag_day_figures")
+    sql = day_rows(dialect_of(conn))
     for pair in conn.execute("SELECT account_id, key, value FROM tag_pairs ORDER BY 1, 2, 3").fetchall():
-        fill_pair(conn, tuple(pair))
+        _insert_pair(conn, sql, tuple(pair))
 
 
 _PAIR_DAYS = KeptDays(f"SELECT figures FROM tag_day_figures WHERE {_KEY}", _UPSERT,

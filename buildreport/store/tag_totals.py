@@ -141,13 +141,14 @@ def recompute_all(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM tag_pairs")
     conn.execute(_PROMOTE_ALL, (PROMOTE_AT,))
     conn.execute(FILL_HOURLY)
-    days_from_hours(conn)
-    tag_figures.fill_all(conn)
+    fill_from_hours(conn)
 
 
-def days_from_hours(conn: sqlite3.Connection) -> None:
-    """Every promoted pair's daily totals, from its hourly totals (the table must hold none yet)."""
+def fill_from_hours(conn: sqlite3.Connection) -> None:
+    """Every promoted pair's daily totals, from its hourly totals, and its day figures, from its tag rows (the
+    daily totals must hold none yet): what follows once `tag_pairs` and the hourly totals are complete."""
     conn.execute(_ALL_DAYS)
+    tag_figures.fill_all(conn)
 
 
 _ROW = (

@@ -70,11 +70,9 @@ def _tag_groups(account_id: int, build_filter: BuildFilter, key: str, queues: bo
     values, values_params = _tag_values(account_id, key)
     skip, skip_params = "", []
     if promoted:
-        values = "WITH tag_values(value) AS (SELECT value FROM tag_pairs WHERE account_id = ? AND key = ?)"
-        values_params = [account_id, key]
+        values, values_params = f"WITH tag_values(value) AS ({tag_figures.PROMOTED_VALUES})", [account_id, key]
     elif promoted is not None:
-        skip = " AND NOT EXISTS (SELECT 1 FROM tag_pairs p WHERE p.account_id = ? AND p.key = ? AND p.value = v.value)"
-        skip_params = [account_id, key]
+        skip, skip_params = tag_figures.NOT_PROMOTED, [account_id, key]
     conditions, condition_params = filter_sql.conditions(account_id, build_filter, "g")
     figures = (
         f"SELECT count(*) AS builds, {figures_by_kind('g', queues, POSTGRESQL.joined)} AS figures FROM build_tags g"
