@@ -18,7 +18,7 @@ from conftest import NOW, Env, auth, query, record
 from buildreport.cli.main import main
 from buildreport.filters import BuildFilter, ListQuery
 from buildreport.models import BuildStatus
-from buildreport.store import queries
+from buildreport.store import queries, stats_queries
 from buildreport.store.filter_sql import BinaryResults
 from buildreport.store.postgres import stats_queries as postgres_stats
 from buildreport.store.postgres.connection import translate
@@ -301,7 +301,7 @@ def test_statements_read_in_binary_form_give_the_rows_their_text_form_gives(pg_e
     statements = [
         queries.list_builds(account_id, ListQuery(filter=window, limit=2)),
         queries.get_build(account_id, 2),
-        *postgres_stats.body_parts([1, 2, 3]),
+        stats_queries.export_keys(account_id, window, None, 3, bodies=True),
         postgres_stats.kept_days(account_id, window, 0, to_us(NOW)),
         postgres_stats.kept_days(account_id, BuildFilter(create_from_us=0, statuses=(BuildStatus.built,)), 0,
                                  to_us(NOW)),

@@ -271,7 +271,7 @@ def test_metrics_walk_only_the_accounts_and_read_totals_by_key(conn, query):
 
 # --- the same on PostgreSQL: its list and statistics queries where they differ, every other query as shared ----
 
-_ENGINE_OWN = ("stats by ", "usage by ", "newest builds", "export bodies,", "badge, ")
+_ENGINE_OWN = ("stats by ", "usage by ", "newest builds", "export keys,", "export bodies", "badge, ")
 PG_QUERIES = {
     # SQLite's statistics walk its indexes (store/stats_queries.py); PostgreSQL has its own (store/postgres/).
     **{name: query for name, query in QUERIES.items() if not name.startswith(_ENGINE_OWN)},
@@ -308,7 +308,10 @@ PG_QUERIES = {
         )
         for name, to in (("open", None), ("closed", START + 1))
     },
-    "export bodies, one query": postgres_stats.body_parts([3, 1, 2, 4])[0],
+    **{
+        f"export page, {name}": stats_queries.export_keys(1, f, Cursor(5, 6), 2000, bodies=True)
+        for name, f in FILTERS.items()
+    },
     "stats by tag, one pair's day from its tag rows (writes)": (tag_figures.day_rows(POSTGRESQL),
                                                                  [1, "project", "web", 0, US_PER_DAY]),
     **{f"badge, {name}": badges.newest_finished(1, series, POSTGRESQL) for name, series in BADGE_SERIES.items()},

@@ -107,8 +107,7 @@ class Reader(abc.ABC):
     """The queries that serve requests, on the connections of one engine."""
 
     dialect: Dialect
-    # The queries that differ between the engines: stats_parts, newest_of_paths, usage_tags and
-    # body_parts.
+    # The queries that differ between the engines: stats_parts, newest_of_paths and usage_tags.
     engine_stats: Any = stats_queries
     kept: KeptBuilds  # set by each engine; trusted while builds_version() is unchanged
     _pending: set[asyncio.Task[None]]  # token writes under way, waited for on close (set by each engine)
@@ -311,15 +310,12 @@ class Reader(abc.ABC):
         finally:
             _abandon(pending)
 
+    @abc.abstractmethod
     async def _export_page(
         self, account_id: int, build_filter: BuildFilter, cursor: Cursor | None, size: int
     ) -> tuple[list[tuple], list[bytes]]:
-        """One page of an export: its keys (create time, build id) and its builds' JSON in key order."""
-        keys = await self._rows(stats_queries.export_keys(account_id, build_filter, cursor, size))
-        if not keys:
-            return keys, []
-        parts = await self._rows_together(self.engine_stats.body_parts([key[1] for key in keys]))
-        return keys, stats_queries.joined_in_key_order(keys, [row for rows in parts for row in rows])
+        """One page of an export: its keys (create time, build id) in list order and its builds' JSON in the same
+        order. The engines read a page differently (see each engine's reader)."""
 
     async def account_figures(self, since_us: int) -> tuple[list[tuple], list[tuple]]:
         """For /metrics: per account and status the builds and CPU seconds since `since_us` (whole hours),

@@ -40,7 +40,7 @@ from buildreport.store import filter_sql, tag_figures
 from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.day_summaries import DAY_SUMMARIES
 from buildreport.store.dialect import SQLITE
-from buildreport.store.filter_sql import Query, in_list
+from buildreport.store.filter_sql import BinaryResults, Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable, answers
 from buildreport.store.queries import ordered, usage_days
 from buildreport.times import now_us
@@ -339,11 +339,15 @@ def usage_tags(account_id: int, query: UsageQuery) -> Query:
     return f"SELECT b.body -> '$.tags', b.cpu_seconds FROM builds b WHERE {where}", [account_id, *params]
 
 
-def export_keys(account_id: int, build_filter: BuildFilter, cursor: Cursor | None, size: int) -> Query:
-    """The next `size` builds in list order after `cursor`: (create time, build id) each, from the index."""
+def export_keys(
+    account_id: int, build_filter: BuildFilter, cursor: Cursor | None, size: int, bodies: bool = False
+) -> Query:
+    """The next `size` builds in list order after `cursor`: (create time, build id) each from the index, and with
+    `bodies` each build's stored JSON after them, fetched from its row as the index is walked."""
     source, where, params, keys = ordered(account_id, ListQuery(filter=build_filter, cursor=cursor))
+    columns = ", ".join([*keys, "b.body"] if bodies else keys)
     order = f"{keys[0]} DESC, {keys[1]} DESC"
-    return f"SELECT {', '.join(keys)} FROM {source} WHERE {where} ORDER BY {order} LIMIT ?", [*params, size]
+    return BinaryResults(f"SELECT {columns} FROM {source} WHERE {where} ORDER BY {order} LIMIT ?"), [*params, size]
 
 
 def bodies_by_id(build_ids: Sequence[int]) -> Query:
@@ -387,7 +391,7 @@ def joined_in_key_order(keys: list[tuple], parts: list[tuple]) -> list[bytes]:
     Stored JSON is compact, so a newline only ever separates two builds."""
     bodies: list[tuple[int, bytes]] = []
     for ids, joined in parts:
-        found = _IDS.decode(ids) if ids else []  # no rows: PostgreSQL's aggregate is null
+        found = _IDS.decode(ids) if ids else []
         if found:
             bodies += zip(found, joined.split(b"\n"), strict=True)
     return in_key_order(keys, bodies)

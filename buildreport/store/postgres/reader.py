@@ -18,7 +18,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from buildreport.store import queries
+from buildreport.filters import BuildFilter, Cursor
+from buildreport.store import queries, stats_queries
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT
 from buildreport.store.filter_sql import BinaryResults
@@ -120,6 +121,15 @@ class PgReader(Reader):
 
     async def _key(self, query: queries.Query) -> list[tuple]:
         return await _fetch(self._primary, query)
+
+    async def _export_page(
+        self, account_id: int, build_filter: BuildFilter, cursor: Cursor | None, size: int
+    ) -> tuple[list[tuple], list[bytes]]:
+        """The page's keys and JSON together, in list order, from one walk of the index. Taking the ids first and
+        their rows by id after (SQLite's way) looked each build up again in the primary key and sorted the page:
+        PostgreSQL worked three times as long for an export (bench/notes.md)."""
+        rows = await self._rows(stats_queries.export_keys(account_id, build_filter, cursor, size, bodies=True))
+        return [(create_us, build_id) for create_us, build_id, _ in rows], [body for _, _, body in rows]
 
     async def data_version(self) -> bytes | None:
         return await self._changes.version(TOKENS_CHANNEL)

@@ -155,13 +155,6 @@ def stats_parts(
     return parts if parts is not None else [stats_rows(account_id, build_filter, group_by, queue_times)]
 
 
-def body_parts(build_ids: Sequence[int]) -> list[Query]:
-    """One query, of the row `stats_queries.body_parts` describes: PostgreSQL reads ahead on its own."""
-    sql = ("SELECT json_agg(build_id ORDER BY build_id)::text, string_agg(body, '\\x0a'::bytea ORDER BY build_id)"
-           " FROM builds WHERE build_id = ANY(?)")
-    return [(BinaryResults(sql), [list(build_ids)])]
-
-
 def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[str], failed: bool) -> Query:
     """`(path, newest)` of each derivation path given: its newest matching build (or newest failed one); null or
     left out when it has none.
