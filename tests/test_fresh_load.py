@@ -21,7 +21,7 @@ from buildreport.imports import reader as import_reader
 from buildreport.imports.files import ImportFailed
 from buildreport.imports.load import import_files
 from buildreport.models import MAX_DURATION_SECONDS, MAX_NAR_SIZE_BYTES, MAX_OUTPUTS, BuildStatus
-from buildreport.store import fresh_load, open_database, tag_totals
+from buildreport.store import build_writer, fresh_load, open_database, tag_totals
 from buildreport.store.totals import MAX_ACCOUNT_TOTAL, OVERSIZED, US_PER_DAY, US_PER_HOUR
 
 ORIGIN = datetime(2026, 10, 1, tzinfo=UTC)
@@ -36,9 +36,11 @@ def in_process(load, paths, errors, on_progress):  # type: ignore[no-untyped-def
 
 
 @contextmanager
-def fresh_path(*, promote_at: int = tag_totals.PROMOTE_AT, max_tag_slots: int = fresh_load.MAX_TAG_SLOTS):
+def fresh_path(*, promote_at: int = tag_totals.PROMOTE_AT, max_tag_slots: int = fresh_load.MAX_TAG_SLOTS,
+               batch_size: int = import_reader.BATCH_SIZE):
     """Imports into databases with no builds go through fresh_load, read in this process."""
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(import_reader, "BATCH_SIZE", batch_size)
         patch.setattr(ingest, "TWO_PROCESS_BYTES", 0)
         patch.setattr(import_reader, "load", in_process)
         patch.setattr(tag_totals, "PROMOTE_AT", promote_at)
@@ -47,8 +49,10 @@ def fresh_path(*, promote_at: int = tag_totals.PROMOTE_AT, max_tag_slots: int = 
 
 
 @contextmanager
-def writer_path(*, promote_at: int = tag_totals.PROMOTE_AT):
+def writer_path(*, promote_at: int = tag_totals.PROMOTE_AT, batch_size: int = build_writer.BATCH_SIZE):
+    """Imports go through the writer, `batch_size` records at a time."""
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(build_writer, "BATCH_SIZE", batch_size)
         patch.setattr(ingest, "TWO_PROCESS_BYTES", 1 << 62)
         patch.setattr(tag_totals, "PROMOTE_AT", promote_at)
         yield
@@ -132,22 +136,40 @@ def to_record(build_id: int, spec: dict) -> dict:
     specs=st.lists(spec_strategy, min_size=4, max_size=16),
     files=st.integers(1, 2),
     max_tag_slots=st.sampled_from([2, fresh_load.MAX_TAG_SLOTS]),
+    batch_size=st.sampled_from([3, import_reader.BATCH_SIZE]),
     conflict=st.none() | st.tuples(st.integers(1, 16), st.integers(1, 17)),
 )
-def test_a_fresh_load_stores_what_the_writer_stores_or_refuses_alike(specs, files, max_tag_slots, conflict):
+def test_a_fresh_load_stores_what_the_writer_stores_or_refuses_alike(specs, files, max_tag_slots, batch_size,
+                                                                     conflict):
     """Random builds of three accounts, restart links within them (in some examples one that conflicts, or that
-    names a build not there), tags common enough to get totals, logs; tag totals added up or, past the slot
-    limit, computed by SQL."""
+    names a build not there), tags common enough to get totals, logs; read and written in batches of the usual size
+    or of a few builds (links between batches), the hourly figures of tag pairs sent in one part or, past the slot
+    limit, in several, one pair's hour in more than one."""
     records = to_records(specs, conflict)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         half = (len(records) + 1) // files
         paths = [write_jsonl(folder / f"{i}.jsonl", records[i * half:(i + 1) * half]) for i in range(files)]
-        with writer_path(promote_at=2):
+        with writer_path(promote_at=2, batch_size=batch_size):
             expected = outcome(folder / "writer.db", paths)
-        with fresh_path(promote_at=2, max_tag_slots=max_tag_slots):
+        with fresh_path(promote_at=2, max_tag_slots=max_tag_slots, batch_size=batch_size):
             got = outcome(folder / "fresh.db", paths)
     assert got == expected
+
+
+def test_a_build_that_names_a_restart_in_a_later_batch_which_names_another_original_is_refused_alike(tmp_path):
+    records = [record(i) for i in range(1, 10)]
+    records[0] = record(1, build_status="internal_error", restarted_as_build_id=9)
+    records[7] = record(8, build_status="internal_error", restarted_as_build_id=9)
+    records[8] = record(9, restart_of_build_id=8)
+    paths = [write_jsonl(tmp_path / "a.jsonl", records)]
+    with writer_path(batch_size=3):
+        by_writer = outcome(tmp_path / "writer.db", paths)
+    with fresh_path(batch_size=3):
+        by_fresh_load = outcome(tmp_path / "fresh.db", paths)
+    assert by_writer == by_fresh_load == [
+        f"{paths[0]}:9: restart_of_build_id: build 1 already has restarted_as_build_id 9", "total 1"
+    ]
 
 
 def test_the_totals_of_a_fresh_load_equal_a_computation_from_its_builds(tmp_path):
@@ -249,17 +271,18 @@ def pg_outcome(url: str, paths: list[Path]) -> list[str] | dict[str, list[tuple]
 @given(
     specs=st.lists(spec_strategy, min_size=4, max_size=16),
     max_tag_slots=st.sampled_from([2, fresh_load.MAX_TAG_SLOTS]),
+    batch_size=st.sampled_from([3, import_reader.BATCH_SIZE]),
     conflict=st.none() | st.tuples(st.integers(1, 16), st.integers(1, 17)),
 )
 def test_a_fresh_load_into_postgresql_stores_what_the_writer_stores_or_refuses_alike(
-    pg_cluster, tmp_path, specs, max_tag_slots, conflict
+    pg_cluster, tmp_path, specs, max_tag_slots, batch_size, conflict
 ):
     records = to_records(specs, conflict)
     paths = [write_jsonl(tmp_path / "a.jsonl", records)]
     with pg_database(pg_cluster) as by_writer, pg_database(pg_cluster) as by_copy:
-        with writer_path(promote_at=2):
+        with writer_path(promote_at=2, batch_size=batch_size):
             expected = pg_outcome(by_writer, paths)
-        with fresh_path(promote_at=2, max_tag_slots=max_tag_slots):
+        with fresh_path(promote_at=2, max_tag_slots=max_tag_slots, batch_size=batch_size):
             got = pg_outcome(by_copy, paths)
     assert got == expected
 

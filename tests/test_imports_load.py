@@ -199,6 +199,23 @@ def test_a_second_restart_of_the_same_build_is_a_conflict(tmp_path, db):
     assert "already has restarted_as_build_id 11" in str(failure.value.errors[0])
 
 
+def test_a_restart_named_by_a_stored_build_that_names_another_original_is_a_conflict(tmp_path, db):
+    run_import(
+        db,
+        write_jsonl(
+            tmp_path / "a.jsonl",
+            [record(11, build_status="internal_error", restarted_as_build_id=13),
+             record(12, build_status="internal_error")],
+        ),
+    )
+    with pytest.raises(ImportFailed) as failure:
+        run_import(db, write_jsonl(tmp_path / "b.jsonl", [record(13, restart_of_build_id=12)]))
+    assert [str(error) for error in failure.value.errors] == [
+        f"{tmp_path / 'b.jsonl'}:1: restart_of_build_id: build 11 already has restarted_as_build_id 13"
+    ]
+    assert stored(db, 12).restarted_as_build_id is None
+
+
 def test_a_restart_link_across_accounts_is_a_conflict(tmp_path, db):
     run_import(db, write_jsonl(tmp_path / "a.jsonl", [record(10, build_status="internal_error", account="acme")]))
     with pytest.raises(ImportFailed) as failure:

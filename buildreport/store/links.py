@@ -68,16 +68,22 @@ def link_peers(
     pairs = (("restart_of_build_id", "restarted_as_build_id", "restarted_as"),
              ("restarted_as_build_id", "restart_of_build_id", "restart_of"))
     linked: set[tuple[int, str]] = set()  # (build id, field) set here from the other side
+    written = set(ids)
     for column, own, own_end in pairs:
         peers = conn.execute(f"SELECT build_id, {column}, account_id FROM builds WHERE {column} IN ({marks})", ids)
         for peer_id, target, peer_account in peers.fetchall():
             ends = end_of(target)
+            named = getattr(ends, own_end)
             if peer_account != ends.account_id:
                 peer = "a build" if ends.strict else f"build {peer_id}"
                 conflict(ends.location, own, f"{peer} of another account links to build {target}; name another")
-            elif getattr(ends, own_end) is None and (target, own) not in linked:
+            elif named is None and (target, own) not in linked:
                 set_link(conn, target, own, peer_id)
                 linked.add((target, own))
+            elif named not in (None, peer_id) and peer_id not in written:
+                # A build written before names this one, which names another: the loop above saw only the links
+                # of the builds written now.
+                conflict(ends.location, own, f"build {peer_id} already has {column} {target}")
 
 
 def _link(
