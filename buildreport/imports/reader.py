@@ -23,7 +23,7 @@ import msgspec
 from buildreport.imports.files import MAX_REPORTED_ERRORS, Location, RecordError, read_records
 from buildreport.lifeline import follow_parent_process
 from buildreport.store.build_rows import BATCH_SIZE, Row, pack_log, to_build
-from buildreport.store.fresh_load import FreshLoad, TagTotals, TagTotalsRows
+from buildreport.store.fresh_load import FreshLoad, TagTotals
 
 STOP_SECONDS = 10.0
 SENDS_AHEAD = 8  # batches of rows queued to be sent: some 16 MiB
@@ -35,13 +35,14 @@ class Batch(msgspec.Struct, tag=True, array_like=True):
     builds: list[tuple]
     logs: list[tuple]
     locations: list[Location]  # of each build's record
+    tag_hours: list[tuple] = []  # a part of the hourly figures of tag pairs, when the reader's are full (TagTotals)
 
 
 class Finished(msgspec.Struct, tag=True, array_like=True):
     read: int
     errors: list[RecordError]  # the first MAX_REPORTED_ERRORS
     total_errors: int
-    tag_totals: TagTotalsRows | None  # None when there are errors, or too many slots to add up (TagTotals)
+    tag_hours: list[tuple]  # the last part of the hourly figures of tag pairs (TagTotals); none after errors
 
 
 class Failed(msgspec.Struct, tag=True, array_like=True):
@@ -91,15 +92,17 @@ def messages(paths: list[Path], accounts: dict[str, int]) -> Iterator[Batch | Fi
         batch.locations.append(location)
         if len(batch.builds) >= BATCH_SIZE:
             batch.read = read
+            if totals.full:
+                batch.tag_hours = totals.take()
             yield batch
             batch = Batch(read, [], [], [], [])
     if errors:
-        yield Finished(read, errors[:MAX_REPORTED_ERRORS], len(errors), None)
+        yield Finished(read, errors[:MAX_REPORTED_ERRORS], len(errors), [])
         return
     if batch.builds:
         batch.read = read
         yield batch
-    yield Finished(read, [], 0, totals.rows())
+    yield Finished(read, [], 0, totals.take())
 
 
 def run(channel: Connection, paths: list[Path], accounts: dict[str, int]) -> None:
@@ -202,10 +205,10 @@ def take(
         if isinstance(message, Finished):
             errors += message.errors
             if not errors:
-                into.finish(message.tag_totals)
+                into.finish(message.tag_hours)
             return message.read, message.total_errors - len(message.errors)
         if not errors and message.builds:
-            into.add(message.accounts, message.builds, message.logs, message.locations)
+            into.add(message.accounts, message.builds, message.logs, message.locations, message.tag_hours)
         if on_progress is not None:
             on_progress(message.read)
     raise ReadingStopped("the import's reading process sent no end")

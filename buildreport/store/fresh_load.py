@@ -2,7 +2,7 @@
 
 In such a database every record of an import is a new build (an import names each build once), so nothing
 stored needs reading before a row is made: the reading process makes each build's row as the writer would
-(`build_rows.Row`) and adds up the totals of tag pairs (`TagTotals`), while this side inserts the rows as they
+(`build_rows.Row`) and adds up the hourly figures of tag pairs (`TagTotals`), while this side inserts the rows as they
 arrive (`FreshLoad`) with their tag rows, adds up the other totals (`BuildTotals`), keeps restart links
 two-way as the writer does, and writes the totals once at the end. The work is split so that each process
 keeps a core about equally busy, at less than half the time of the writer alone (bench/store.md).
@@ -15,10 +15,7 @@ the writer's batched INSERTs (bench/notes.md).
 from __future__ import annotations
 
 import sqlite3
-from collections import Counter
 from collections.abc import Sequence
-
-import msgspec
 
 from buildreport.models import BILLABLE
 from buildreport.store import day_figures, day_summaries, tag_totals
@@ -33,10 +30,10 @@ from buildreport.store.totals import (
     refuse_oversized,
 )
 
-# Past this many (tag pair, hour, status) the reading process stops adding up totals per tag pair, and they are
-# computed from the stored tag rows at the end instead: the bound keeps its memory under some 270 MiB (see
-# bench/notes.md for what a slot costs and how many the bench's data has).
-MAX_TAG_SLOTS = 600_000
+# Past this many (tag pair, hour, status) the reading process sends the figures it has added up so far and starts
+# again: the slots and the rows made of them to send stay under some 200 MiB (bench/notes.md). The importing
+# process keeps what it is sent in a table of its own and adds it up at the end (FreshLoad.finish).
+MAX_TAG_SLOTS = 300_000
 _BILLABLE = frozenset(status.value for status in BILLABLE)
 # Where a builds row (Row.values) holds each column this module reads.
 _ID, _ACCOUNT, _CREATE, _START, _DURATION, _STOP, _STATUS, _CPU, _NAR, _RESTART_OF, _RESTARTED_AS = (
@@ -67,41 +64,34 @@ def _count(slots: dict, key: tuple, cpu: int, duration: int, nar: int, start: in
         figures[5] = stop
 
 
-class TagTotalsRows(msgspec.Struct, array_like=True):
-    pairs: list[tuple]  # tag_pairs: the pairs promoted
-    hourly: list[tuple]  # their tag_hourly_totals; the daily ones are made from these where they are stored
-
-
 class TagTotals:
-    """The hourly totals of every tag pair of a load's builds, added up in exact integers (as SQLite sums);
-    the reading process keeps them, beside the importing process that keeps the others (BuildTotals)."""
+    """The hourly figures of every tag pair of a load's builds, added up in exact integers (as SQLite sums) by the
+    reading process, beside the importing process that keeps the other totals (BuildTotals). They are handed on as
+    rows of (pair, hour, status, figures), a part at a time (`take`): a pair's hour may be in several parts."""
 
     def __init__(self) -> None:
-        self._slots: dict[tuple[int, str, str, int, str], Figures] | None = {}  # (pair, hour, status)
+        self._slots: dict[tuple[int, str, str, int, str], Figures] = {}  # (pair, hour, status)
 
     def add(self, row: tuple, tags: dict[str, str]) -> None:
         """A build's row (Row.values) and its tags."""
-        slots = self._slots
-        if slots is None or not tags:
+        if not tags:
             return
+        slots = self._slots
         account_id, create_us, status = row[_ACCOUNT], row[_CREATE], row[_STATUS]
         hour = create_us - create_us % US_PER_HOUR
         figures = (row[_CPU], row[_DURATION] or 0, row[_NAR], row[_START], row[_STOP])
         for name, value in tags.items():
             _count(slots, (account_id, name, value, hour, status), *figures)
-        if len(slots) > MAX_TAG_SLOTS:
-            self._slots = None
 
-    def rows(self) -> TagTotalsRows | None:
-        """The rows of the pairs that reach PROMOTE_AT builds; None past MAX_TAG_SLOTS."""
-        if self._slots is None:
-            return None
-        builds: Counter[tuple] = Counter()
-        for key, figures in self._slots.items():
-            builds[key[:3]] += figures[0]
-        promoted = {pair for pair, count in builds.items() if count >= tag_totals.PROMOTE_AT}
-        hourly = [(*key, *figures) for key, figures in self._slots.items() if key[:3] in promoted]
-        return TagTotalsRows(sorted(promoted), hourly)
+    @property
+    def full(self) -> bool:
+        return len(self._slots) > MAX_TAG_SLOTS
+
+    def take(self) -> list[tuple]:
+        """The figures added up since the last call, as rows of tag_hourly_totals' columns."""
+        rows = [(*key, *figures) for key, figures in self._slots.items()]
+        self._slots = {}
+        return rows
 
 
 class BuildTotals:
@@ -148,10 +138,25 @@ class BuildTotals:
         conn.executemany(day_summaries.INSERT, day_summaries.rows_of(parts))
 
 
-_TAG_PAIR = "INSERT INTO tag_pairs (account_id, key, value) VALUES (?, ?, ?)"
 _TAG_TOTALS_COLUMNS = ("account_id", "key", "value", "period_us", "status", "builds", "cpu_seconds", "duration_us",
                        "nar_size_bytes", "first_start_us", "last_stop_us")
-_TAG_HOURLY = f"INSERT INTO tag_hourly_totals ({', '.join(_TAG_TOTALS_COLUMNS)}) VALUES ({', '.join('?' * 11)})"
+# The parts of hourly tag figures the reading process sends, as they arrive: no key, so that adding a part costs
+# an append. Its columns are tag_hourly_totals'.
+_PARTS = "fresh_tag_hours"
+_NEW_PARTS = f"CREATE TEMPORARY TABLE {_PARTS} AS SELECT * FROM tag_hourly_totals LIMIT 0"
+_PARTS_ROW = f"INSERT INTO {_PARTS} ({', '.join(_TAG_TOTALS_COLUMNS)}) VALUES ({', '.join('?' * 11)})"
+# The pairs that reach PROMOTE_AT builds, then their hours: each the sum of its parts.
+_PROMOTE_PARTS = (
+    f"INSERT INTO tag_pairs (account_id, key, value) SELECT account_id, key, value FROM {_PARTS}"
+    " GROUP BY 1, 2, 3 HAVING sum(builds) >= ?"
+)
+_HOURS_OF_PARTS = (
+    f"INSERT INTO tag_hourly_totals ({', '.join(_TAG_TOTALS_COLUMNS)})"
+    " SELECT h.account_id, h.key, h.value, h.period_us, h.status, sum(h.builds), sum(h.cpu_seconds),"
+    " sum(h.duration_us), sum(h.nar_size_bytes), min(h.first_start_us), max(h.last_stop_us)"
+    f" FROM {_PARTS} h JOIN tag_pairs p ON p.account_id = h.account_id AND p.key = h.key AND p.value = h.value"
+    " GROUP BY 1, 2, 3, 4, 5"
+)
 _LOG_COLUMNS = ("build_id", "size_bytes", "zlib")
 # A batch's tag rows, as Row.tag_values makes them, read by SQLite from the builds' JSON just inserted:
 # binding millions of tag rows as parameters, and sending them from the reading process, would cost more.
@@ -184,13 +189,22 @@ class FreshLoad:
         self.accounts: dict[str, int] = dict(conn.execute("SELECT name, account_id FROM accounts").fetchall())
         for table in _TOTALS_TABLES:
             conn.execute(f"DELETE FROM {table}")  # a name from _TOTALS_TABLES, never from input
+        conn.execute(f"DROP TABLE IF EXISTS {_PARTS}")  # left by a load this connection gave up
+        conn.execute(_NEW_PARTS)
 
     def add(
-        self, accounts: Sequence[tuple[int, str]], builds: Sequence[tuple], logs: Sequence[tuple], locations: list
+        self,
+        accounts: Sequence[tuple[int, str]],
+        builds: Sequence[tuple],
+        logs: Sequence[tuple],
+        locations: list,
+        tag_hours: Sequence[tuple] = (),
     ) -> None:
         """New accounts (id, name), then the rows of builds (Row.values) and build_logs (Row.log_values);
-        `locations` names each build's record, for conflicts. Their tag rows are made from their JSON."""
+        `locations` names each build's record, for conflicts. Their tag rows are made from their JSON.
+        `tag_hours` are parts of the hourly figures of tag pairs (TagTotals.take)."""
         conn = self._conn
+        self._add_tag_hours(tag_hours)
         if accounts:
             conn.executemany(
                 "INSERT INTO accounts (account_id, name, created_us) VALUES (?, ?, ?)",
@@ -219,38 +233,47 @@ class FreshLoad:
         linking = [ends(row[0]) for row in builds if row[_RESTART_OF] is not None or row[_RESTARTED_AS] is not None]
         link_peers(conn, self._conflict, linking, ids, ends)
 
-    def finish(self, tags: TagTotalsRows | None) -> None:
-        """Write the totals, with those of tag pairs as the reading process added them up (None: too many to add
-        up there). An account whose sums reach MAX_ACCOUNT_TOTAL is a conflict, as in the writer."""
-        conn = self._conn
-        if self._postgres:
-            self._finish_postgres(tags)
+    def _add_tag_hours(self, rows: Sequence[tuple]) -> None:
+        if not rows:
             return
-        if refuse_oversized(conn, self._conflict, self._last_location, self._totals.sums):
-            return  # the load fails, and its totals might not fit their columns
-        self._totals.write(conn)
-        if tags is None:
-            tag_totals.recompute_all(conn)
-        else:
-            conn.executemany(_TAG_PAIR, tags.pairs)
-            conn.executemany(_TAG_HOURLY, tags.hourly)
-            tag_totals.fill_from_hours(conn)
+        if self._postgres:
+            from buildreport.store.postgres import bulk
 
-    def _finish_postgres(self, tags: TagTotalsRows | None) -> None:
-        """As `finish`, in PostgreSQL: the tag rows and totals are computed from the stored builds, set-based."""
+            bulk.copy_rows(self._conn.raw, _PARTS, _TAG_TOTALS_COLUMNS, rows)
+        else:
+            self._conn.executemany(_PARTS_ROW, rows)
+
+    def finish(self, tag_hours: Sequence[tuple]) -> None:
+        """Write the totals, with the last part of the tag pairs' hourly figures the reading process added up. An
+        account whose sums reach MAX_ACCOUNT_TOTAL is a conflict, as in the writer."""
+        conn = self._conn
+        self._add_tag_hours(tag_hours)
+        if not (self._totals_postgres() if self._postgres else self._totals_sqlite()):
+            return  # the load fails, and its totals might not fit their columns
+        # The pairs' totals: those that reach PROMOTE_AT are promoted, with their hours summed from the parts.
+        conn.execute(_PROMOTE_PARTS, (tag_totals.PROMOTE_AT,))
+        conn.execute(_HOURS_OF_PARTS)
+        conn.execute(f"DROP TABLE {_PARTS}")
+        tag_totals.fill_from_hours(conn)
+
+    def _totals_sqlite(self) -> bool:
+        """The totals but those of tag pairs, as added up here; False when an account's are refused."""
+        if refuse_oversized(self._conn, self._conflict, self._last_location, self._totals.sums):
+            return False
+        self._totals.write(self._conn)
+        return True
+
+    def _totals_postgres(self) -> bool:
+        """As `_totals_sqlite`, in PostgreSQL: the tag rows and totals are computed from the stored builds,
+        set-based."""
         from buildreport.store.postgres import bulk
 
         conn, raw = self._conn, self._conn.raw
         raw.execute(bulk.NEXT_ACCOUNT_ID)
         sums = {account_id: [cpu, duration, nar] for account_id, cpu, duration, nar in raw.execute(bulk.ACCOUNT_SUMS)}
         if refuse_oversized(conn, self._conflict, self._last_location, sums):
-            return
+            return False
         raw.execute(bulk.TAGS_OF_BUILDS)
         bulk.fill_totals(raw)
         day_summaries.fill(conn)
-        if tags is None:
-            tag_totals.recompute_all(conn)
-        else:
-            bulk.copy_rows(raw, "tag_pairs", ("account_id", "key", "value"), tags.pairs)
-            bulk.copy_rows(raw, "tag_hourly_totals", _TAG_TOTALS_COLUMNS, tags.hourly)
-            tag_totals.fill_from_hours(conn)
+        return True
