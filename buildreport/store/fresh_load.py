@@ -145,18 +145,6 @@ _TAG_TOTALS_COLUMNS = ("account_id", "key", "value", "period_us", "status", "bui
 _PARTS = "fresh_tag_hours"
 _NEW_PARTS = f"CREATE TEMPORARY TABLE {_PARTS} AS SELECT * FROM tag_hourly_totals LIMIT 0"
 _PARTS_ROW = f"INSERT INTO {_PARTS} ({', '.join(_TAG_TOTALS_COLUMNS)}) VALUES ({', '.join('?' * 11)})"
-# The pairs that reach PROMOTE_AT builds, then their hours: each the sum of its parts.
-_PROMOTE_PARTS = (
-    f"INSERT INTO tag_pairs (account_id, key, value) SELECT account_id, key, value FROM {_PARTS}"
-    " GROUP BY 1, 2, 3 HAVING sum(builds) >= ?"
-)
-_HOURS_OF_PARTS = (
-    f"INSERT INTO tag_hourly_totals ({', '.join(_TAG_TOTALS_COLUMNS)})"
-    " SELECT h.account_id, h.key, h.value, h.period_us, h.status, sum(h.builds), sum(h.cpu_seconds),"
-    " sum(h.duration_us), sum(h.nar_size_bytes), min(h.first_start_us), max(h.last_stop_us)"
-    f" FROM {_PARTS} h JOIN tag_pairs p ON p.account_id = h.account_id AND p.key = h.key AND p.value = h.value"
-    " GROUP BY 1, 2, 3, 4, 5"
-)
 _LOG_COLUMNS = ("build_id", "size_bytes", "zlib")
 # A batch's tag rows, as Row.tag_values makes them, read by SQLite from the builds' JSON just inserted:
 # binding millions of tag rows as parameters, and sending them from the reading process, would cost more.
@@ -250,9 +238,7 @@ class FreshLoad:
         self._add_tag_hours(tag_hours)
         if not (self._totals_postgres() if self._postgres else self._totals_sqlite()):
             return  # the load fails, and its totals might not fit their columns
-        # The pairs' totals: those that reach PROMOTE_AT are promoted, with their hours summed from the parts.
-        conn.execute(_PROMOTE_PARTS, (tag_totals.PROMOTE_AT,))
-        conn.execute(_HOURS_OF_PARTS)
+        tag_totals.promote_from_parts(conn, _PARTS)
         conn.execute(f"DROP TABLE {_PARTS}")
         tag_totals.fill_from_hours(conn)
 

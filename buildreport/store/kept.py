@@ -16,6 +16,11 @@ from buildreport.times import US_PER_DAY, now_us
 US_PER_HOUR = US_PER_DAY // 24
 
 # The fields every table of figures by creation time declares: its rows are whole periods of that time.
+# How rows of a totals table (builds, CPU seconds, duration, NAR bytes, first start, last stop) add up into one:
+# sums add, and the first start and last stop are the least and greatest of theirs.
+SUMMED_FIGURES = (
+    "sum(builds), sum(cpu_seconds), sum(duration_us), sum(nar_size_bytes), min(first_start_us), max(last_stop_us)"
+)
 WINDOW = frozenset({"create_time_from", "create_time_to"})
 
 

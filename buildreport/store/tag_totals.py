@@ -23,7 +23,7 @@ from buildreport.filters import BuildFilter
 from buildreport.store import tag_figures
 from buildreport.store.day_figures import Delta
 from buildreport.store.filter_sql import Query
-from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable
+from buildreport.store.kept import SUMMED_FIGURES, US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable
 from buildreport.store.totals import HourDelta
 
 # What their totals may answer (kept.answers): builds of one promoted tag pair created in whole hours or days,
@@ -94,8 +94,7 @@ _RECOMPUTE_HOUR = _HOURS_OF_PAIR.format(where="AND t.create_us >= ? AND t.create
 # hours'. That reads at most 24 rows per status where the day's builds would be read.
 _DAYS_FROM_HOURS = f"""
 INSERT INTO tag_daily_totals {_COLUMN_NAMES}
-SELECT account_id, key, value, period_us - period_us % {US_PER_DAY}, status, sum(builds), sum(cpu_seconds),
-       sum(duration_us), sum(nar_size_bytes), min(first_start_us), max(last_stop_us)
+SELECT account_id, key, value, period_us - period_us % {US_PER_DAY}, status, {SUMMED_FIGURES}
 FROM tag_hourly_totals {{where}} GROUP BY 1, 2, 3, 4, 5
 """
 _ALL_DAYS = _DAYS_FROM_HOURS.format(where="")
@@ -142,6 +141,22 @@ def recompute_all(conn: sqlite3.Connection) -> None:
     conn.execute(_PROMOTE_ALL, (PROMOTE_AT,))
     conn.execute(FILL_HOURLY)
     fill_from_hours(conn)
+
+
+def promote_from_parts(conn: sqlite3.Connection, parts: str) -> None:
+    """Promote the pairs whose rows in the table `parts` (the columns of tag_hourly_totals, one pair's hour in any
+    number of rows; a name from the store's code) add up to PROMOTE_AT builds, and give them their hourly totals,
+    each hour the sum of its rows. What follows is `fill_from_hours`."""
+    conn.execute(
+        f"INSERT INTO tag_pairs (account_id, key, value) SELECT account_id, key, value FROM {parts}"
+        " GROUP BY 1, 2, 3 HAVING sum(builds) >= ?",
+        (PROMOTE_AT,),
+    )
+    conn.execute(
+        f"INSERT INTO tag_hourly_totals {_COLUMN_NAMES} SELECT h.account_id, h.key, h.value, h.period_us, h.status,"
+        f" {SUMMED_FIGURES} FROM {parts} h JOIN tag_pairs p"
+        " ON p.account_id = h.account_id AND p.key = h.key AND p.value = h.value GROUP BY 1, 2, 3, 4, 5"
+    )
 
 
 def fill_from_hours(conn: sqlite3.Connection) -> None:

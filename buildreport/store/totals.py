@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from buildreport.models import BILLABLE
 from buildreport.store.filter_sql import in_list
-from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable
+from buildreport.store.kept import SUMMED_FIGURES, US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable
 
 # Past this many touched periods of one account, one pass over all its builds is cheaper than one query an hour.
 FULL_RECOMPUTE_THRESHOLD = 500
@@ -30,8 +30,7 @@ FROM builds WHERE account_id = ? {where} GROUP BY 1, 2, 3
 # greatest of its hours'. That reads at most 24 rows where the day's builds would be read: a large import is
 # spared one pass over every build of the account.
 _DAYS_FROM_HOURS = f"""
-SELECT account_id, period_us - period_us % {US_PER_DAY}, status, sum(builds), sum(cpu_seconds), sum(duration_us),
-       sum(nar_size_bytes), min(first_start_us), max(last_stop_us)
+SELECT account_id, period_us - period_us % {US_PER_DAY}, status, {SUMMED_FIGURES}
 FROM hourly_totals WHERE account_id = ? {{where}} GROUP BY 1, 2, 3
 """
 _TOTALS_INSERT = (
@@ -194,8 +193,7 @@ _HOUR_RECOMPUTE = _TOTALS_INSERT.format(table="hourly_totals") + _TOTALS_SELECT.
 )
 _DAY_FROM_HOURS = (
     "INSERT INTO daily_totals (account_id, period_us, status, builds, cpu_seconds, duration_us, nar_size_bytes,"
-    " first_start_us, last_stop_us) SELECT account_id, ?, status, sum(builds), sum(cpu_seconds), sum(duration_us),"
-    " sum(nar_size_bytes), min(first_start_us), max(last_stop_us) FROM hourly_totals"
+    f" first_start_us, last_stop_us) SELECT account_id, ?, status, {SUMMED_FIGURES} FROM hourly_totals"
     " WHERE account_id = ? AND period_us >= ? AND period_us < ? GROUP BY account_id, status"
 )
 

@@ -17,7 +17,7 @@ import psycopg
 from buildreport.models import BILLABLE
 from buildreport.store import day_figures
 from buildreport.store.filter_sql import in_list
-from buildreport.store.kept import US_PER_DAY, US_PER_HOUR
+from buildreport.store.kept import SUMMED_FIGURES, US_PER_DAY, US_PER_HOUR
 
 _TYPES = "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped"
 
@@ -58,8 +58,7 @@ _FILL_TOTALS = (
     " count(*), sum(cpu_seconds), coalesce(sum(duration_us), 0), sum(nar_size_bytes), min(start_us), max(stop_us)"
     " FROM builds GROUP BY 1, 2, 3",
     f"INSERT INTO daily_totals {_TOTALS_COLUMNS} SELECT account_id, period_us - period_us % {US_PER_DAY}, status,"
-    " sum(builds), sum(cpu_seconds), sum(duration_us), sum(nar_size_bytes), min(first_start_us), max(last_stop_us)"
-    " FROM hourly_totals GROUP BY 1, 2, 3",
+    f" {SUMMED_FIGURES} FROM hourly_totals GROUP BY 1, 2, 3",
     f"INSERT INTO daily_usage (account_id, day_us, builds, cpu_seconds) SELECT account_id,"
     f" stop_us - stop_us % {US_PER_DAY}, count(*), sum(cpu_seconds) FROM builds"
     f" WHERE stop_us IS NOT NULL AND status IN {in_list(BILLABLE)} GROUP BY 1, 2",
