@@ -40,12 +40,12 @@ def nearest_rank(ordered: Sequence[float], percent: int) -> float:
 
 
 def percentiles_of_runs(runs: Sequence[Sequence[float]]) -> Percentiles | None:
-    """Percentiles of ascending runs (each status of each stored day): exactly those of all their values sorted
-    together, None when every run is empty. Unless two runs or more hold `_SHORT` values or more, all runs but
-    the longest are merged into one list, and each rank is found between the two by a binary search (in a day
-    most builds are of one status). Otherwise the shorter runs are merged into one list, each rank is bracketed
-    by two values of a sample of every run, and only the values between them are sorted: merging a month of
-    days (some 150 runs) sorted nearly every value."""
+    """Percentiles of ascending runs (each part of each status of each stored day): exactly those of all their
+    values sorted together, None when every run is empty. Unless two runs or more hold `_SHORT` values or more,
+    all runs but the longest are merged into one list, and each rank is found between the two by a binary
+    search (in a day most builds are of one status). Otherwise the shorter runs are merged into one list, each
+    rank is bracketed by two values of a sample of every run, and only the values between them are sorted:
+    merging a month of days (some 150 runs) sorted nearly every value."""
     lengths = [len(run) for run in runs]
     count = sum(lengths)
     if not count:

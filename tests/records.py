@@ -47,6 +47,22 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 WITHOUT_SYSTEM_COLUMN = """
 ALTER TABLE builds DROP COLUMN system;
 """
+# A database before each day's figures were kept in parts: both tables keyed without a part number.
+WITHOUT_FIGURE_PARTS = """
+CREATE TABLE whole_days AS SELECT account_id, day_us, status, figures FROM day_figures;
+DROP TABLE day_figures;
+CREATE TABLE day_figures (account_id INTEGER NOT NULL, day_us INTEGER NOT NULL, status TEXT NOT NULL,
+    figures BLOB NOT NULL, PRIMARY KEY (account_id, day_us, status));
+INSERT INTO day_figures SELECT * FROM whole_days;
+DROP TABLE whole_days;
+CREATE TABLE whole_days AS SELECT account_id, key, value, day_us, status, figures FROM tag_day_figures;
+DROP TABLE tag_day_figures;
+CREATE TABLE tag_day_figures (account_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    day_us INTEGER NOT NULL, status TEXT NOT NULL, figures BLOB NOT NULL,
+    PRIMARY KEY (account_id, key, value, day_us, status));
+INSERT INTO tag_day_figures SELECT * FROM whole_days;
+DROP TABLE whole_days;
+"""
 # A database before days kept their summaries over every status (schema version 7), and so before the steps
 # after it (events and webhooks).
 WITHOUT_DAY_SUMMARIES = WITHOUT_SYSTEM_COLUMN + """

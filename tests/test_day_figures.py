@@ -52,9 +52,23 @@ def plain_figures(rows) -> dict[tuple, tuple]:
     return {key: (n, cpu, sorted(d), sorted(q)) for key, (n, cpu, d, q) in days.items()}
 
 
+def merged_parts(rows) -> dict[tuple, tuple]:
+    """Kept figures of rows `(*key, figures)`, each key's parts added up: the count, CPU seconds and the sorted
+    numbers."""
+    days: dict[tuple, list] = {}
+    for *key, value in rows:
+        builds, cpu, durations, queue_times = unpacked(bytes(value))
+        assert builds > 0 and durations == sorted(durations) and queue_times == sorted(queue_times)
+        entry = days.setdefault(tuple(key), [0, 0, [], []])
+        entry[0] += builds
+        entry[1] += cpu
+        entry[2].extend(durations)
+        entry[3].extend(queue_times)
+    return {key: (n, cpu, sorted(d), sorted(q)) for key, (n, cpu, d, q) in days.items()}
+
+
 def kept_days(conn) -> dict[tuple[int, int, str], tuple]:
-    rows = conn.execute("SELECT account_id, day_us, status, figures FROM day_figures").fetchall()
-    return {(a, d, s): unpacked(f) for a, d, s, f in rows}
+    return merged_parts(conn.execute("SELECT account_id, day_us, status, figures FROM day_figures"))
 
 
 def at(day: int, hour: int) -> str:
@@ -134,6 +148,26 @@ def test_many_small_writes_into_one_day_keep_its_figures_exact(env):
     env.load([record(101, create_time=at(0, 3), build_status="build_failed", duration_seconds=1.5)])  # one moves
     conn = store_database(env.db)
     try:
+        assert kept_days(conn) == plain_days(conn)
+    finally:
+        conn.close()
+
+
+def test_a_busy_day_is_kept_in_parts_each_write_adds_to_or_starts(env, monkeypatch):
+    """A write adds to a day's last part until that part holds PART_BUILDS builds, then starts another, so what it
+    rewrites stays bounded however busy the day; a write that replaces builds merges the day's parts into one."""
+    monkeypatch.setattr(day_figures, "PART_BUILDS", 4)
+    env.load([record(1, create_time=at(0, 0))])  # into an empty database: the day made whole, as one part
+    for batch in range(5):
+        env.load([record(10 * batch + n + 2, create_time=at(0, n), duration_seconds=batch + n / 10) for n in range(3)])
+    conn = store_database(env.db)
+    try:
+        parts = conn.execute("SELECT part, figures FROM day_figures WHERE status = 'built' ORDER BY part").fetchall()
+        assert [part for part, _ in parts] == [0, 1, 2]
+        assert [day_figures.unpack(bytes(value))[0] for _, value in parts] == [4, 6, 6]
+        assert kept_days(conn) == plain_days(conn)
+        env.load([record(2, create_time=at(0, 1), duration_seconds=99.0)])  # takes a value out
+        assert conn.execute("SELECT count(*) FROM day_figures WHERE status = 'built'").fetchone() == (1,)
         assert kept_days(conn) == plain_days(conn)
     finally:
         conn.close()

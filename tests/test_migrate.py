@@ -12,6 +12,7 @@ from conftest import NOW, Env, auth, query, record
 
 from buildreport.cli.main import main
 from buildreport.http import answers, insights
+from buildreport.store import day_figures
 from buildreport.store import migrate as migrate_module
 from buildreport.store.errors import DatabaseError
 from buildreport.store.postgres import schema as pg_schema
@@ -160,7 +161,7 @@ def test_wrong_sources_and_targets_are_one_clear_line(source, pg_url, args, says
     assert query(pg_url, "SELECT count(*) FROM builds") == [(0,)]
 
 COPIED = ("accounts", "builds", "build_tags", "build_logs", "day_figures", "day_summaries", "hourly_totals",
-          "daily_totals", "daily_usage", "tag_pairs", "tag_hourly_totals", "tag_daily_totals")
+          "daily_totals", "daily_usage", "tag_pairs", "tag_hourly_totals", "tag_daily_totals", "tag_day_figures")
 
 
 def _sample_answers(project: str) -> list[str]:
@@ -191,7 +192,18 @@ def test_a_copy_of_sample_data_answers_every_summary_statistic_and_usage_as_its_
     assert _run("sample", "-o", str(data), "--builds", "3000", "--days", "60", "--accounts", "acme,globex",
                 "--seed", "7", "--end", "2026-11-01", "--log-share", "0.2")[0] == 0
     source = Env(tmp_path, tmp_path / "source.db")
-    assert _run("import", "--db", str(source.db), str(data))[0] == 0
+    # The first half loaded into an empty database, the second written in batches with small parts: busy days
+    # in several parts, each copied as it is.
+    lines = data.read_bytes().splitlines(keepends=True)
+    halves = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
+    halves[0].write_bytes(b"".join(lines[: len(lines) // 2]))
+    halves[1].write_bytes(b"".join(lines[len(lines) // 2 :]))
+    monkeypatch.setattr(day_figures, "PART_BUILDS", 7)
+    for half in halves:
+        code, out = _run("import", "--db", str(source.db), str(half))
+        assert code == 0, out
+    ((later_parts,),) = query(source.db, "SELECT count(*) FROM day_figures WHERE part > 0")
+    assert later_parts > 0
     tokens = [source.token(account) for account in ("acme", "globex")]
     ((project,),) = query(source.db, "SELECT value FROM tag_pairs WHERE key = 'project' ORDER BY value LIMIT 1")
     paths = _sample_answers(project)

@@ -105,6 +105,28 @@ def test_migration_gives_stored_builds_their_system_and_the_indexes_that_carry_i
     assert "system" in definitions["builds_by_time"] and "system" in definitions["builds_by_stop"]
 
 
+def test_migration_keeps_each_days_figures_as_its_first_part(pg_env, monkeypatch):
+    from buildreport.store import tag_totals
+    from buildreport.store.postgres.schema import _keep_figures_in_parts
+
+    monkeypatch.setattr(tag_totals, "PROMOTE_AT", 2)  # so that a pair has kept figures too
+    pg_env.load([record(1, tags={"project": "web"}), record(2, build_status="build_failed", tags={"project": "web"})])
+    tables = {"day_figures": "account_id, day_us, status", "tag_day_figures": "account_id, key, value, day_us, status"}
+    fresh = {table: query(pg_env.db, f"SELECT {key}, part, figures FROM {table} ORDER BY {key}")
+             for table, key in tables.items()}
+    assert all(len(rows) == 2 and all(row[-2] == 0 for row in rows) for rows in fresh.values())
+    with psycopg.connect(pg_env.db, autocommit=True) as conn:
+        for table, key in tables.items():  # the schema one step back: keyed without a part number
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN part")
+            conn.execute(f"ALTER TABLE {table} ADD PRIMARY KEY ({key})")
+        conn.execute("UPDATE buildreport_schema SET version = %s", (MIGRATIONS.index(_keep_figures_in_parts),))
+    for table, key in tables.items():
+        assert query(pg_env.db, f"SELECT {key}, part, figures FROM {table} ORDER BY {key}") == fresh[table]
+        (definition,) = query(pg_env.db, "SELECT pg_get_indexdef(indexrelid) FROM pg_index"
+                                         f" WHERE indrelid = '{table}'::regclass AND indisprimary")
+        assert definition[0].endswith("status, part)"), definition
+
+
 def _step(text: str) -> int:
     """The schema version just before the migration step whose SQL holds `text`."""
     return next(i for i, step in enumerate(MIGRATIONS) if isinstance(step, str) and text in step)

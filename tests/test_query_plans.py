@@ -105,8 +105,14 @@ QUERIES = {
     "stats by tag, one pair's day from its tag rows (writes)": (tag_figures.day_rows(SQLITE),
                                                                  [1, "project", "web", 0, US_PER_DAY]),
     "next day of one pair (writes)": (tag_figures._NEXT, [1, "project", "web", 0]),
-    "kept figures of one pair's day and status (writes)": (tag_figures._PAIR_DAYS.select,
-                                                            [1, "project", "web", 0, "built"]),
+    **{
+        f"kept figures of {whose} day and status, {what} (writes)": (getattr(kept, what), key)
+        for whose, kept, key in (
+            ("one pair's", tag_figures.KEPT_DAYS, [1, "project", "web", 0, "built"]),
+            ("one", day_figures.KEPT_DAYS, [1, 0, "built"]),
+        )
+        for what in ("last", "parts", "delete")
+    },
     "builds of one day (writes)": (day_figures._DAY_BUILDS, [1, 0, US_PER_DAY]),
     "kept figures of one day (writes)": (day_figures._DELETE, [1, 0]),
     "kept figures of one day, every status (writes)": (day_summaries._DAY_FIGURES, [1, 0]),

@@ -10,11 +10,18 @@ import time
 import msgspec
 import pytest
 from conftest import buildreport_command, record, write_jsonl
-from records import WITHOUT_STATS_COLUMNS, WITHOUT_SYSTEM_COLUMN, WITHOUT_TAG_FIGURES, version_before
+from records import (
+    WITHOUT_FIGURE_PARTS,
+    WITHOUT_STATS_COLUMNS,
+    WITHOUT_SYSTEM_COLUMN,
+    WITHOUT_TAG_FIGURES,
+    version_before,
+)
 
 from buildreport.imports.files import ImportFailed
 from buildreport.imports.load import import_files
 from buildreport.models import Build
+from buildreport.store import tag_totals
 from buildreport.store.build_rows import body_hash
 from buildreport.store.sqlite.bulk import DEFERRED_INDEXES
 from buildreport.store.sqlite.schema import SCHEMA_VERSION, open_database
@@ -117,6 +124,41 @@ def test_migration_gives_tag_rows_and_days_their_figures_as_a_fresh_import_write
     _migrated_from(tmp_path / "t.db", WITHOUT_TAG_FIGURES, "Each tag row carries its build")
     assert _tag_figures(tmp_path / "t.db") == fresh
     assert _day_figures(tmp_path / "t.db") == fresh_days
+
+
+def _kept_figures(db) -> dict[str, list[tuple]]:
+    """Every row of both tables of kept day figures, their part numbers included."""
+    conn = sqlite3.connect(db)
+    rows = {
+        table: conn.execute(f"SELECT * FROM {table} ORDER BY {', '.join(columns)}").fetchall()
+        for table, columns in (("day_figures", "1234"), ("tag_day_figures", "123456"))
+    }
+    conn.close()
+    return rows
+
+
+def test_migration_keeps_each_days_figures_as_its_first_part(tmp_path, monkeypatch):
+    monkeypatch.setattr(tag_totals, "PROMOTE_AT", 2)  # so that a pair has kept figures too
+    records = [
+        record(1, duration_seconds=0.1 + 0.2, tags={"project": "web"}),
+        record(2, build_status="build_failed", tags={"project": "web"}),
+        record(3, create_time="2026-10-02T08:00:00Z", tags={"project": "web", "run": "r3"}),
+    ]
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
+    conn.close()
+    fresh = _kept_figures(tmp_path / "t.db")
+    assert len(fresh["day_figures"]) == 3 and len(fresh["tag_day_figures"]) == 3
+    assert all(row[-2] == 0 for rows in fresh.values() for row in rows)  # one part each
+
+    _migrated_from(tmp_path / "t.db", WITHOUT_FIGURE_PARTS, "_keep_figures_in_parts")
+    assert _kept_figures(tmp_path / "t.db") == fresh
+    conn = sqlite3.connect(tmp_path / "t.db")
+    for table in fresh:
+        key = [name for _, name, *_, place in sorted(conn.execute(f"PRAGMA table_info({table})"), key=lambda c: c[-1])
+               if place]
+        assert key[-1] == "part", table
+    conn.close()
 
 
 def test_migration_adds_status_to_stored_builds_exactly_as_a_fresh_import_writes_them(tmp_path):

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from litestar.testing import TestClient
 from records import WITHOUT_STATS_COLUMNS
-from test_day_figures import plain_figures
+from test_day_figures import kept_days, merged_parts, plain_days, plain_figures
 from test_totals import ORIGIN, SLOW_AND_FIXTURE, build_strategy, to_record, to_write_record, write_strategy
 
 from buildreport.filters import BuildFilter, GroupBy, StatsQuery
@@ -28,7 +28,7 @@ from buildreport.store import day_figures, open_database, queries, stats_queries
 from buildreport.store.postgres import stats_queries as postgres_stats_queries
 from buildreport.store.reader import merge_summary_rows
 from buildreport.store.transaction import WriteSession
-from buildreport.times import to_us
+from buildreport.times import now_us, to_us
 
 KEYS = ("project", "run")
 VALUES = ("a", "b", "c")
@@ -37,15 +37,17 @@ TAG_PAIRS = [(k, v) for k in KEYS for v in VALUES]
 
 @contextlib.contextmanager
 def patched(**values: int) -> Iterator[None]:
-    """Small thresholds, so that a few builds promote a pair and a few pairs overflow the tracking."""
-    saved = {name: getattr(tag_totals, name) for name in values}
+    """Small thresholds, so that a few builds promote a pair and a few pairs overflow the tracking, and a few
+    builds fill a part of a day's figures (PART_BUILDS)."""
+    modules = {name: day_figures if name == "PART_BUILDS" else tag_totals for name in values}
+    saved = {name: getattr(modules[name], name) for name in values}
     for name, value in values.items():
-        setattr(tag_totals, name, value)
+        setattr(modules[name], name, value)
     try:
         yield
     finally:
         for name, value in saved.items():
-            setattr(tag_totals, name, value)
+            setattr(modules[name], name, value)
 
 
 def tag_totals_from_builds(conn: sqlite3.Connection, period: int) -> list[tuple]:
@@ -65,6 +67,7 @@ def check_kept(conn: sqlite3.Connection, promote_at: int) -> None:
         assert stored == tag_totals_from_builds(conn, period), table
     promoted = set(conn.execute("SELECT account_id, key, value FROM tag_pairs").fetchall())
     assert tag_day_figures(conn) == tag_day_figures_from_builds(conn)
+    assert kept_days(conn) == plain_days(conn)
     reached = set(
         conn.execute(
             "SELECT account_id, key, value FROM build_tags GROUP BY 1, 2, 3 HAVING count(*) >= ?", (promote_at,)
@@ -76,10 +79,7 @@ def check_kept(conn: sqlite3.Connection, promote_at: int) -> None:
 def tag_day_figures(conn: sqlite3.Connection) -> dict[tuple, tuple]:
     """The kept day figures of the promoted pairs, unpacked: (pair, day, status) -> (builds, CPU, durations,
     queue times)."""
-    return {
-        tuple(key): tuple(list(part) if i > 1 else part for i, part in enumerate(day_figures.unpack(bytes(value))))
-        for *key, value in conn.execute("SELECT account_id, key, value, day_us, status, figures FROM tag_day_figures")
-    }
+    return merged_parts(conn.execute("SELECT account_id, key, value, day_us, status, figures FROM tag_day_figures"))
 
 
 def tag_day_figures_from_builds(conn: sqlite3.Connection) -> dict[tuple, tuple]:
@@ -101,6 +101,20 @@ def tag_stats_equal_raw(conn, account_id: int, build_filter: BuildFilter) -> Non
         read = build_stats([row for part in parts for row in conn.execute(*part).fetchall()], query)
         raw = build_stats(conn.execute(*engine.stats_rows(account_id, untagged, query.group_by)).fetchall(), query)
         assert read == raw, key
+
+
+def day_stats_equal_raw(conn, account_id: int, build_filter: BuildFilter) -> None:
+    """Statistics by day with the statuses named, read as the reader reads them (whole days from the parts kept in
+    day_figures), equal those of one pass over the builds."""
+    named = msgspec.structs.replace(build_filter, tags=(), statuses=build_filter.statuses or tuple(BuildStatus))
+    query = StatsQuery(named, GroupBy("day"), end_us=named.create_to_us or now_us(), limit=100)
+    if getattr(conn, "engine", None) == "postgresql":
+        parts, raw = postgres_stats_queries.stats_parts, postgres_stats_queries.stats_rows
+    else:
+        parts, raw = stats_queries.stats_parts, stats_queries._grouped_in_one_pass
+    read = [row for part in parts(account_id, named, query.group_by) for row in conn.execute(*part).fetchall()]
+    plain = conn.execute(*raw(account_id, named, query.group_by, True)).fetchall()
+    assert build_stats(read, query) == build_stats(plain, query)
 
 
 def order_tags(lookup, account_id: int, build_filter: BuildFilter) -> tuple[BuildFilter, bool]:
@@ -148,10 +162,12 @@ def to_filter(window: dict) -> BuildFilter:
     batches=st.lists(st.lists(tagged_build, min_size=1, max_size=15), min_size=1, max_size=4),
     promote_at=st.integers(1, 6),
     track_limit=st.sampled_from([2, 20_000]),
+    part_builds=st.sampled_from([1, 3, 4096]),
     windows=st.lists(window_strategy, min_size=1, max_size=8),
 )
-def test_tag_totals_and_summaries_stay_exact_after_any_imports(fresh_db, batches, promote_at, track_limit, windows):
-    thresholds = {"PROMOTE_AT": promote_at, "TRACK_LIMIT": track_limit}
+def test_tag_totals_and_summaries_stay_exact_after_any_imports(fresh_db, batches, promote_at, track_limit,
+                                                               part_builds, windows):
+    thresholds = {"PROMOTE_AT": promote_at, "TRACK_LIMIT": track_limit, "PART_BUILDS": part_builds}
     with patched(**thresholds), tempfile.TemporaryDirectory() as tmp:
         conn = open_database(fresh_db(Path(tmp)))
         for number, batch in enumerate(batches):
@@ -162,6 +178,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_imports(fresh_db, batches
         for window in windows:
             summary_equals_raw(conn, window["account_id"], to_filter(window))
             tag_stats_equal_raw(conn, window["account_id"], to_filter(window))
+            day_stats_equal_raw(conn, window["account_id"], to_filter(window))
         conn.close()
 
 
@@ -183,12 +200,14 @@ class WritesInThisProcess:
 @given(
     requests=st.lists(st.lists(st.tuples(write_strategy, tags_strategy), min_size=1, max_size=12), max_size=4),
     promote_at=st.integers(1, 4),
+    part_builds=st.sampled_from([1, 3, 4096]),
     windows=st.lists(window_strategy, min_size=1, max_size=6),
 )
-def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(fresh_db, requests, promote_at, windows):
+def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(fresh_db, requests, promote_at, part_builds,
+                                                                   windows):
     from conftest import Env, auth
 
-    with patched(PROMOTE_AT=promote_at), tempfile.TemporaryDirectory() as tmp:
+    with patched(PROMOTE_AT=promote_at, PART_BUILDS=part_builds), tempfile.TemporaryDirectory() as tmp:
         env = Env(Path(tmp), fresh_db(Path(tmp)))
         tokens = {name: env.token(name, ("build:write",)) for name in ("acme", "globex")}
         served = create_app(env.settings())
@@ -209,6 +228,7 @@ def test_tag_totals_and_summaries_stay_exact_after_any_http_writes(fresh_db, req
         for window in windows:
             summary_equals_raw(conn, window["account_id"], to_filter(window))
             tag_stats_equal_raw(conn, window["account_id"], to_filter(window))
+            day_stats_equal_raw(conn, window["account_id"], to_filter(window))
         conn.close()
 
 

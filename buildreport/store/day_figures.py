@@ -10,9 +10,15 @@ the durations and the queue times (float64 each, ascending). A float64 holds exa
 JSON writes (its shortest text reads back as the same double), so figures read from here equal those read
 from the builds themselves.
 
-A write brings the rows of the days it touched in step by its differences (`Delta`, `apply`): the day's
-value is read and written once, whatever the number of builds already in the day. A large import, which
-touches most days anyway, rebuilds each of them from its builds (`recompute`).
+A day's builds of one status may be kept in several parts, each a row of its own (`part`, from 0): its
+count, CPU seconds and numbers are those of the parts added up, and each part's numbers are sorted on their
+own. A write adds its builds to the last part, or starts a new one once that part holds PART_BUILDS builds:
+a write into a busy day then rewrites one bounded part, where rewriting the whole day grew with every build
+the day already held (bench/notes.md). Readers take a day's values as the runs its parts give.
+
+A write brings the days it touched in step by its differences (`Delta`, `apply`), reading no build of the
+day again. One that takes builds out merges the day's parts into one. A large import, which touches most
+days anyway, rebuilds each of them from its builds (`recompute`), as one part.
 """
 
 from __future__ import annotations
@@ -36,14 +42,11 @@ _DAY_BUILDS = (
     " WHERE account_id = ? AND create_us >= ? AND create_us < ?"
 )
 _DELETE = "DELETE FROM day_figures WHERE account_id = ? AND day_us = ?"
-INSERT = "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"
+INSERT = "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"  # part 0
 _KEY = "account_id = ? AND day_us = ? AND status = ?"
-_SELECT_ONE = f"SELECT figures FROM day_figures WHERE {_KEY}"
-_DELETE_ONE = f"DELETE FROM day_figures WHERE {_KEY}"
-_UPSERT = (
-    "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT (account_id, day_us, status) DO UPDATE SET figures = excluded.figures"
-)
+# A write adds to a day's last part until it holds this many builds, then starts another: what a write rewrites
+# stays under some 64 KiB of numbers however many builds the day holds.
+PART_BUILDS = 4096
 
 # What it may answer (kept.answers): builds created in whole days, per status.
 DAY_FIGURES = KeptTable("day_figures", WINDOW | {"status"}, US_PER_DAY).check()
@@ -54,8 +57,9 @@ TABLE = """
         account_id {integer} NOT NULL,
         day_us {integer} NOT NULL,
         status TEXT NOT NULL,
+        part INTEGER NOT NULL DEFAULT 0,
         figures {blob} NOT NULL,
-        PRIMARY KEY (account_id, day_us, status)
+        PRIMARY KEY (account_id, day_us, status, part)
     );"""
 FILL = f"""
     INSERT INTO day_figures (account_id, day_us, status, figures)
@@ -73,6 +77,11 @@ def pack(builds: int, cpu_seconds: int, durations: list[float], queue_times: lis
     if _SWAP:
         values.byteswap()
     return _HEADER.pack(builds, cpu_seconds, len(durations)) + values.tobytes()
+
+
+def builds_of(value: bytes) -> int:
+    """The number of builds a stored value holds."""
+    return int(_HEADER.unpack_from(value)[0])
 
 
 def _stored(value: bytes) -> tuple[int, int, int, array]:
@@ -188,7 +197,7 @@ class Delta:
 
 
 def _changed(values: list[float], added: list[float], removed: list[float]) -> list[float] | None:
-    """A sorted list with `added` in and `removed` out (each once); None when a value to take out is not
+    """`values` sorted with `added` in and `removed` out (each once); None when a value to take out is not
     there, which only a table out of step with its builds gives."""
     if removed:
         left = Counter(removed)
@@ -202,7 +211,7 @@ def _changed(values: list[float], added: list[float], removed: list[float]) -> l
             return None
         values = kept
     values.extend(added)
-    values.sort()  # two sorted runs: the sort merges them in linear time
+    values.sort()  # a few sorted runs (the parts', the added): the sort finds and merges them
     return values
 
 
@@ -234,20 +243,69 @@ def with_added(value: bytes, builds: int, cpu_seconds: int, durations: list[floa
 
 
 class KeptDays(NamedTuple):
-    """Where one kind of kept day figures is stored, its rows keyed by `(*day, status)`: a day being an
-    (account, day start) here, or a tag pair's day (tag_figures.py). `rebuild` makes days anew from their
-    builds."""
+    """Where one kind of kept day figures is stored, its parts keyed by `(*day, status)` and their part number:
+    a day being an (account, day start) here, or a tag pair's day (tag_figures.py). `rebuild` makes days anew
+    from their builds."""
 
-    select: str
-    upsert: str
-    delete: str
+    table: str
+    key: str  # the condition that names a `(*day, status)`
+    key_columns: str
     rebuild: Callable[[Any, set[tuple]], object]
+
+    @property
+    def last(self) -> str:
+        return f"SELECT part, figures FROM {self.table} WHERE {self.key} ORDER BY part DESC LIMIT 1"
+
+    @property
+    def parts(self) -> str:
+        return f"SELECT figures FROM {self.table} WHERE {self.key}"
+
+    @property
+    def upsert(self) -> str:
+        marks = ", ".join("?" * (self.key_columns.count(",") + 3))
+        return (
+            f"INSERT INTO {self.table} ({self.key_columns}, part, figures) VALUES ({marks})"
+            f" ON CONFLICT ({self.key_columns}, part) DO UPDATE SET figures = excluded.figures"
+        )
+
+    @property
+    def delete(self) -> str:
+        return f"DELETE FROM {self.table} WHERE {self.key}"
+
+
+def _add(conn: Any, kept: KeptDays, key: tuple, delta: Delta, durations: list[float], queue_times: list[float]) -> bool:
+    """Builds added to a `(*day, status)`, none taken out: into its last part, or a new one past PART_BUILDS.
+    False for numbers changed in a day that has no parts, which only a table out of step with its builds gives."""
+    row = conn.execute(kept.last, key).fetchone()
+    if row is None and delta.builds == 0:
+        return False
+    if row is not None and builds_of(bytes(row[1])) < PART_BUILDS:
+        value = with_added(bytes(row[1]), delta.builds, delta.cpu_seconds, durations, queue_times)
+        conn.execute(kept.upsert, (*key, row[0], value))
+    else:
+        part = 0 if row is None else row[0] + 1
+        conn.execute(kept.upsert, (*key, part, pack(delta.builds, delta.cpu_seconds, durations, queue_times)))
+    return True
+
+
+def _whole(conn: Any, kept: KeptDays, key: tuple) -> tuple[int, int, list[float], list[float]]:
+    """(builds, CPU seconds, durations, queue times) of a `(*day, status)`'s parts added up; the numbers unsorted."""
+    builds = cpu_seconds = 0
+    durations: list[float] = []
+    queue_times: list[float] = []
+    for (value,) in conn.execute(kept.parts, key).fetchall():
+        part = unpack(bytes(value))
+        builds += part[0]
+        cpu_seconds += part[1]
+        durations.extend(part[2])
+        queue_times.extend(part[3])
+    return builds, cpu_seconds, durations, queue_times
 
 
 def apply_to(conn: Any, kept: KeptDays, deltas: dict[tuple, Delta]) -> set[tuple]:
-    """Bring each `(*day, status)` touched by a write in step by its differences: the day's stored value is
-    read and written once, and no build of the day is read again. A day whose value does not hold what a
-    difference takes out is rebuilt from its builds. The days whose figures changed."""
+    """Bring each `(*day, status)` touched by a write in step by its differences, reading no build of the day
+    again: added builds go into the last part; taking builds out merges the parts into one. A day whose parts
+    do not hold what a difference takes out is rebuilt from its builds. The days whose figures changed."""
     changed: set[tuple] = set()
     rebuild: set[tuple] = set()
     for key, delta in sorted(deltas.items()):
@@ -255,31 +313,31 @@ def apply_to(conn: Any, kept: KeptDays, deltas: dict[tuple, Delta]) -> set[tuple
             continue  # a build written again as it was
         day = key[:-1]
         changed.add(day)
-        row = conn.execute(kept.select, key).fetchone()
         added_durations, added_queue_times, removed_durations, removed_queue_times = delta.numbers()
-        if row is not None and not removed_durations and not removed_queue_times and delta.builds >= 0:
-            value = with_added(bytes(row[0]), delta.builds, delta.cpu_seconds, added_durations, added_queue_times)
-            conn.execute(kept.upsert, (*key, value))
+        if not removed_durations and not removed_queue_times and delta.builds >= 0:
+            if not _add(conn, kept, key, delta, added_durations, added_queue_times):
+                rebuild.add(day)
             continue
-        builds, cpu_seconds, durations, queue_times = unpack(row[0]) if row is not None else (0, 0, [], [])
-        durations = _changed(list(durations), added_durations, removed_durations)
-        queue_times = _changed(list(queue_times), added_queue_times, removed_queue_times)
+        builds, cpu_seconds, had_durations, had_queue_times = _whole(conn, kept, key)
+        durations = _changed(had_durations, added_durations, removed_durations)
+        queue_times = _changed(had_queue_times, added_queue_times, removed_queue_times)
         builds += delta.builds
         if durations is None or queue_times is None or builds < 0:
             rebuild.add(day)
-        elif builds == 0:
-            conn.execute(kept.delete, key)
-        else:
-            conn.execute(kept.upsert, (*key, pack(builds, cpu_seconds + delta.cpu_seconds, durations, queue_times)))
+            continue
+        conn.execute(kept.delete, key)
+        if builds > 0:
+            value = pack(builds, cpu_seconds + delta.cpu_seconds, durations, queue_times)
+            conn.execute(kept.upsert, (*key, 0, value))
     if rebuild:
         kept.rebuild(conn, rebuild)
     return changed
 
 
-_ACCOUNT_DAYS = KeptDays(_SELECT_ONE, _UPSERT, _DELETE_ONE, recompute)
+KEPT_DAYS = KeptDays("day_figures", _KEY, "account_id, day_us, status", recompute)
 
 
 def apply(conn: Any, deltas: dict[tuple, Delta]) -> set[tuple]:
     """`apply_to` the figures of (account, day start, status): the (account, day start) whose figures changed,
     for the summaries derived from them (day_summaries.py)."""
-    return apply_to(conn, _ACCOUNT_DAYS, deltas)
+    return apply_to(conn, KEPT_DAYS, deltas)

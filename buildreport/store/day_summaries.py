@@ -46,7 +46,8 @@ _DAYS = "SELECT DISTINCT account_id, day_us FROM day_figures"
 
 
 class Part(NamedTuple):
-    """A day's builds of one status, as day_figures keeps them: durations and queue times ascending."""
+    """A day's builds of one status, or a part of them, as day_figures keeps them: durations and queue times
+    ascending."""
 
     status: str
     builds: int

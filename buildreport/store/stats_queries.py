@@ -9,7 +9,7 @@ costs more than everything else together). Each group is read on its own, as ran
 every figure it needs:
 
 - time groups (no tag filter): one range of `builds_for_stats` per period and status; a whole day of a
-  grouping by day, its row of `day_summaries` (without a status filter; see day_summaries.py) or of
+  grouping by day, its row of `day_summaries` (without a status filter; see day_summaries.py) or its parts in
   `day_figures` per status (see day_figures.py), both kept by the writer;
 - tag groups: the tag's values, found one by one in the tag index, then each value's tag rows in the window
   (each tag row holds its build's status, CPU seconds, duration and queue time); with a filter on the window
@@ -17,8 +17,9 @@ every figure it needs:
 - derivation groups: likewise, the derivation paths found one by one in `builds_by_derivation`;
 - anything else (systems, statuses, time groups under a tag filter) is grouped by SQLite in one pass.
 
-Each row is `(value, status, figures)`. `figures` is a JSON array (or the binary value of a row of
-`day_figures`, or with status null of `day_summaries`; null for a day without such builds): with a status,
+Each row is `(value, status, figures)`; a group may have several, which add up. `figures` is a JSON array (or
+the binary value of a row of `day_figures`, or with status null of `day_summaries`; null for a day without such
+builds): with a status,
 `[builds, cpu seconds, [durations], [queue times]]`; without one (a group read in one range),
 `[builds, successful, discarded, unfinished, cpu seconds, unbilled cpu seconds, [durations], [queue times]]`.
 
@@ -143,18 +144,19 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         )
         return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id,
                      account_id]
-    if kept is DAY_FIGURES:  # whole days of the window: their kept figures per status
-        figures = (
-            "CASE WHEN periods.low % ? = 0 AND periods.high = periods.low + ? THEN (SELECT f.figures FROM day_figures f"
-            " WHERE f.account_id = ? AND f.day_us = periods.low AND f.status = statuses.status)"
-            f" ELSE {from_builds} END"
+    if kept is DAY_FIGURES:
+        whole_day = f"periods.low % {period} = 0 AND periods.high = periods.low + {period}"
+        # Whole days of the window: the parts of each status kept for it; the edges from the builds.
+        sql += (
+            f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
+            f" WHERE NOT ({whole_day})"
+            " UNION ALL SELECT periods.low, f.status, f.figures FROM periods, statuses, day_figures f"
+            f" WHERE {whole_day} AND f.account_id = ? AND f.day_us = periods.low AND f.status = statuses.status"
         )
-        figure_params = [period, period, account_id, account_id]
-    else:
-        figures, figure_params = from_builds, [account_id]
-    sql += f" SELECT periods.low - periods.low % ?, statuses.status, {figures} FROM periods, statuses"
-    params = [*bounds_params, low, first_end, first_end, period, period, *statuses, period, *figure_params]
-    return sql, params
+        return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id,
+                     account_id]
+    sql += f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
+    return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id]
 
 
 def _value_groups(name: str, values: str, values_params: list[object], select: str, where: str,

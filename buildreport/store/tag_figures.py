@@ -1,7 +1,7 @@
 """Each day's figures per status for every promoted tag pair, kept by the writer for statistics by tag.
 
-A row of `tag_day_figures` holds, for one promoted tag pair (see tag_totals.py), UTC day and status, what a row
-of `day_figures` holds for an account (day_figures.py): the count of the pair's builds created that day, their
+A row of `tag_day_figures` holds, for one promoted tag pair (see tag_totals.py), UTC day, status and part, what
+a row of `day_figures` holds for an account (day_figures.py): the count of the pair's builds created that day, their
 CPU seconds, and their durations and queue times, sorted. Statistics by tag over a month then read some 30 rows
 per status for each common value (a value of the tag that reaches PROMOTE_AT builds) instead of every build,
 and only the window's partial days at either edge, and the rare values, from the tag rows. Pairs that are not
@@ -37,17 +37,15 @@ TABLE = """
         value TEXT NOT NULL,
         day_us {integer} NOT NULL,
         status TEXT NOT NULL,
+        part INTEGER NOT NULL DEFAULT 0,
         figures {blob} NOT NULL,
-        PRIMARY KEY (account_id, key, value, day_us, status)
+        PRIMARY KEY (account_id, key, value, day_us, status, part)
     );"""
 
 Pair = tuple[int, str, str]  # (account id, key, value)
 _PAIR = "account_id = ? AND key = ? AND value = ?"
 _KEY = f"{_PAIR} AND day_us = ? AND status = ?"
 _INSERT = "INSERT INTO tag_day_figures (account_id, key, value, day_us, status, figures) VALUES (?, ?, ?, ?, ?, ?)"
-_UPSERT = (
-    f"{_INSERT} ON CONFLICT (account_id, key, value, day_us, status) DO UPDATE SET figures = excluded.figures"
-)
 # A day of a pair's tag rows (one range of the tag index, which holds each build's status and figures) summed by
 # status, the durations and queue times as the numbers' text joined by commas: the engine reads and joins them,
 # where taking each row into Python cost a large import three times as much (bench/notes.md).
@@ -115,13 +113,12 @@ def fill_all(conn: Any) -> None:
         _insert_pair(conn, sql, tuple(pair))
 
 
-_PAIR_DAYS = KeptDays(f"SELECT figures FROM tag_day_figures WHERE {_KEY}", _UPSERT,
-                      f"DELETE FROM tag_day_figures WHERE {_KEY}", recompute)
+KEPT_DAYS = KeptDays("tag_day_figures", _KEY, "account_id, key, value, day_us, status", recompute)
 
 
 def apply(conn: Any, pair: Pair, deltas: dict[tuple[int, str], Delta]) -> None:
     """Bring a promoted pair's (day start, status) touched by a write in step by their differences."""
-    apply_to(conn, _PAIR_DAYS, {(*pair, day, status): delta for (day, status), delta in deltas.items()})
+    apply_to(conn, KEPT_DAYS, {(*pair, day, status): delta for (day, status), delta in deltas.items()})
 
 
 def kept_days(account_id: int, key: str, build_filter: BuildFilter, first: int, end: int) -> Query:

@@ -60,6 +60,15 @@ def _add_tag_day_figures(conn: psycopg.Connection[Any]) -> None:
     tag_figures.fill_all(PgConnection(conn, ""))
 
 
+def _keep_figures_in_parts(conn: psycopg.Connection[Any]) -> None:
+    """Each day's figures in parts (see the SQLite schema): a part number in both tables' keys, 0 for each row
+    kept so far."""
+    for kept in (day_figures.KEPT_DAYS, tag_figures.KEPT_DAYS):
+        conn.execute(f"ALTER TABLE {kept.table} ADD COLUMN IF NOT EXISTS part INTEGER NOT NULL DEFAULT 0")
+        conn.execute(f"ALTER TABLE {kept.table} DROP CONSTRAINT {kept.table}_pkey")
+        conn.execute(f"ALTER TABLE {kept.table} ADD PRIMARY KEY ({kept.key_columns}, part)")
+
+
 # The tables of the SQLite schema at its version 5, with PostgreSQL's types; each later entry migrates from
 # version i to i + 1. Build times are B-tree indexed: every query reads one account's builds, so a range is
 # (account, time), which a BRIN index on time alone cannot serve.
@@ -235,6 +244,8 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     """,
     # Each day's figures of the promoted tag pairs (see the SQLite schema).
     _add_tag_day_figures,
+    # Each day's figures in parts (see the SQLite schema).
+    _keep_figures_in_parts,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
