@@ -106,6 +106,16 @@ _BY_PERIOD_FIELDS = WINDOW | {"status"}
 PERIOD_TABLES = (DAY_SUMMARIES, DAY_FIGURES)
 
 
+# A grouping by day's whole days (`whole_day`, a condition on `periods`) from each table of PERIOD_TABLES: a day's
+# one summary of every status (status NULL), or the parts of each status.
+_WHOLE_DAYS = {
+    DAY_SUMMARIES.name: "SELECT periods.low, NULL, (SELECT s.figures FROM day_summaries s WHERE s.account_id = ?"
+    " AND s.day_us = periods.low) FROM periods WHERE {whole_day}",
+    DAY_FIGURES.name: "SELECT periods.low, f.status, f.figures FROM periods, statuses, day_figures f"
+    " WHERE {whole_day} AND f.account_id = ? AND f.day_us = periods.low AND f.status = statuses.status",
+}
+
+
 def _kept_table(build_filter: BuildFilter, period: int) -> KeptTable | None:
     return next((t for t in PERIOD_TABLES if t.period_us == period and answers(t, build_filter)), None)
 
@@ -132,31 +142,15 @@ def _time_groups(account_id: int, build_filter: BuildFilter, period: int, queues
         f"(SELECT {figures_by_status('b', queues)} FROM builds b WHERE b.account_id = ? AND b.status = statuses.status"
         " AND b.create_us >= periods.low AND b.create_us < periods.high)"
     )
-    kept = _kept_table(build_filter, period)
-    if kept is DAY_SUMMARIES:
-        whole_day = f"periods.low % {period} = 0 AND periods.high = periods.low + {period}"
-        # Whole days of the window: each its one kept summary, of every status (status NULL); the edges by status.
-        sql += (
-            f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
-            f" WHERE NOT ({whole_day})"
-            " UNION ALL SELECT periods.low, NULL, (SELECT s.figures FROM day_summaries s"
-            f" WHERE s.account_id = ? AND s.day_us = periods.low) FROM periods WHERE {whole_day}"
-        )
-        return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id,
-                     account_id]
-    if kept is DAY_FIGURES:
-        whole_day = f"periods.low % {period} = 0 AND periods.high = periods.low + {period}"
-        # Whole days of the window: the parts of each status kept for it; the edges from the builds.
-        sql += (
-            f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
-            f" WHERE NOT ({whole_day})"
-            " UNION ALL SELECT periods.low, f.status, f.figures FROM periods, statuses, day_figures f"
-            f" WHERE {whole_day} AND f.account_id = ? AND f.day_us = periods.low AND f.status = statuses.status"
-        )
-        return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id,
-                     account_id]
     sql += f" SELECT periods.low - periods.low % ?, statuses.status, {from_builds} FROM periods, statuses"
-    return sql, [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id]
+    params = [*bounds_params, low, first_end, first_end, period, period, *statuses, period, account_id]
+    kept = _kept_table(build_filter, period)
+    if kept is None:
+        return sql, params
+    # Whole days of the window from the kept figures; the edges from the builds, by status.
+    whole_day = f"periods.low % {period} = 0 AND periods.high = periods.low + {period}"
+    sql += f" WHERE NOT ({whole_day}) UNION ALL {_WHOLE_DAYS[kept.name].format(whole_day=whole_day)}"
+    return sql, [*params, account_id]
 
 
 def _value_groups(name: str, values: str, values_params: list[object], select: str, where: str,
