@@ -337,6 +337,18 @@ def apply_to(conn: Any, kept: KeptDays, deltas: dict[tuple, Delta]) -> set[tuple
 KEPT_DAYS = KeptDays("day_figures", _KEY, "account_id, day_us, status", recompute)
 
 
+def key_by_part(conn: Any, kept: KeptDays, definition: str) -> None:
+    """SQLite's schema step that keeps a table of day figures in parts: made again from `definition`, each row kept
+    so far its day's part 0. A table that an earlier step made in its present shape stays as it is."""
+    if conn.execute("SELECT 1 FROM pragma_table_info(?) WHERE name = 'part'", (kept.table,)).fetchone():
+        return
+    conn.execute(f"ALTER TABLE {kept.table} RENAME TO {kept.table}_whole")
+    conn.execute(definition)
+    columns = f"{kept.key_columns}, figures"
+    conn.execute(f"INSERT INTO {kept.table} ({columns}) SELECT {columns} FROM {kept.table}_whole")
+    conn.execute(f"DROP TABLE {kept.table}_whole")
+
+
 def apply(conn: Any, deltas: dict[tuple, Delta]) -> set[tuple]:
     """`apply_to` the figures of (account, day start, status): the (account, day start) whose figures changed,
     for the summaries derived from them (day_summaries.py)."""

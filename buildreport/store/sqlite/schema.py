@@ -63,17 +63,9 @@ def _add_tag_day_figures(conn: sqlite3.Connection) -> None:
     tag_figures.fill_all(conn)
 
 
-def _keep_figures_in_parts(conn: sqlite3.Connection) -> None:
-    """Each day's figures in parts (see day_figures.py): both tables made again with a part number in their key,
-    each row kept so far its day's part 0. A table an earlier step made in its present shape stays as it is."""
-    for kept, table in ((day_figures.KEPT_DAYS, day_figures.TABLE), (tag_figures.KEPT_DAYS, tag_figures.TABLE)):
-        if conn.execute("SELECT 1 FROM pragma_table_info(?) WHERE name = 'part'", (kept.table,)).fetchone():
-            continue
-        conn.execute(f"ALTER TABLE {kept.table} RENAME TO {kept.table}_whole")
-        conn.execute(table.format(integer="INTEGER", blob="BLOB"))
-        columns = f"{kept.key_columns}, figures"
-        conn.execute(f"INSERT INTO {kept.table} ({columns}) SELECT {columns} FROM {kept.table}_whole")
-        conn.execute(f"DROP TABLE {kept.table}_whole")
+def _keep_figures_in_parts(conn: sqlite3.Connection) -> None:  # see day_figures.py: a write rewrites one part
+    for module in (day_figures, tag_figures):
+        day_figures.key_by_part(conn, module.KEPT_DAYS, module.TABLE.format(integer="INTEGER", blob="BLOB"))
 
 
 # A step of the schema: a script, or a function given the connection (inside the step's transaction).
@@ -241,7 +233,6 @@ MIGRATIONS += (
     # Each day's figures of the promoted tag pairs: statistics by tag over a month read some 30 rows per status
     # for each common value instead of its every build.
     _add_tag_day_figures,
-    # Each day's figures in parts: a write into a busy day rewrites one bounded part instead of the whole day.
     _keep_figures_in_parts,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
