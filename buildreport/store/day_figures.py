@@ -43,7 +43,6 @@ _DAY_BUILDS = (
 )
 _DELETE = "DELETE FROM day_figures WHERE account_id = ? AND day_us = ?"
 INSERT = "INSERT INTO day_figures (account_id, day_us, status, figures) VALUES (?, ?, ?, ?)"  # part 0
-_KEY = "account_id = ? AND day_us = ? AND status = ?"
 # A write adds to a day's last part until it holds this many builds, then starts another: what a write rewrites
 # stays under some 64 KiB of numbers however many builds the day holds.
 PART_BUILDS = 4096
@@ -248,9 +247,12 @@ class KeptDays(NamedTuple):
     from their builds."""
 
     table: str
-    key: str  # the condition that names a `(*day, status)`
-    key_columns: str
+    key_columns: str  # the columns that name a `(*day, status)`, comma-separated
     rebuild: Callable[[Any, set[tuple]], object]
+
+    @property
+    def key(self) -> str:
+        return " AND ".join(f"{column} = ?" for column in self.key_columns.split(", "))
 
     @property
     def last(self) -> str:
@@ -262,7 +264,7 @@ class KeptDays(NamedTuple):
 
     @property
     def upsert(self) -> str:
-        marks = ", ".join("?" * (self.key_columns.count(",") + 3))
+        marks = ", ".join("?" * (len(self.key_columns.split(", ")) + 2))
         return (
             f"INSERT INTO {self.table} ({self.key_columns}, part, figures) VALUES ({marks})"
             f" ON CONFLICT ({self.key_columns}, part) DO UPDATE SET figures = excluded.figures"
@@ -279,9 +281,10 @@ def _add(conn: Any, kept: KeptDays, key: tuple, delta: Delta, durations: list[fl
     row = conn.execute(kept.last, key).fetchone()
     if row is None and delta.builds == 0:
         return False
-    if row is not None and builds_of(bytes(row[1])) < PART_BUILDS:
-        value = with_added(bytes(row[1]), delta.builds, delta.cpu_seconds, durations, queue_times)
-        conn.execute(kept.upsert, (*key, row[0], value))
+    last = bytes(row[1]) if row is not None else b""
+    if last and builds_of(last) < PART_BUILDS:
+        conn.execute(kept.upsert, (*key, row[0], with_added(last, delta.builds, delta.cpu_seconds, durations,
+                                                             queue_times)))
     else:
         part = 0 if row is None else row[0] + 1
         conn.execute(kept.upsert, (*key, part, pack(delta.builds, delta.cpu_seconds, durations, queue_times)))
@@ -334,7 +337,7 @@ def apply_to(conn: Any, kept: KeptDays, deltas: dict[tuple, Delta]) -> set[tuple
     return changed
 
 
-KEPT_DAYS = KeptDays("day_figures", _KEY, "account_id, day_us, status", recompute)
+KEPT_DAYS = KeptDays("day_figures", "account_id, day_us, status", recompute)
 
 
 def key_by_part(conn: Any, kept: KeptDays, definition: str) -> None:

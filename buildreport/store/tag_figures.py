@@ -44,7 +44,6 @@ TABLE = """
 
 Pair = tuple[int, str, str]  # (account id, key, value)
 _PAIR = "account_id = ? AND key = ? AND value = ?"
-_KEY = f"{_PAIR} AND day_us = ? AND status = ?"
 _INSERT = "INSERT INTO tag_day_figures (account_id, key, value, day_us, status, figures) VALUES (?, ?, ?, ?, ?, ?)"
 # A day of a pair's tag rows (one range of the tag index, which holds each build's status and figures) summed by
 # status, the durations and queue times as the numbers' text joined by commas: the engine reads and joins them,
@@ -113,7 +112,7 @@ def fill_all(conn: Any) -> None:
         _insert_pair(conn, sql, tuple(pair))
 
 
-KEPT_DAYS = KeptDays("tag_day_figures", _KEY, "account_id, key, value, day_us, status", recompute)
+KEPT_DAYS = KeptDays("tag_day_figures", "account_id, key, value, day_us, status", recompute)
 
 
 def apply(conn: Any, pair: Pair, deltas: dict[tuple[int, str], Delta]) -> None:
