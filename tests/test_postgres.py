@@ -335,3 +335,48 @@ def test_statements_read_in_binary_form_give_the_rows_their_text_form_gives(pg_e
                 conn.cursor(binary=form).execute(translate(sql), params).fetchall() for form in (False, True)
             )
             assert binary == text and binary, sql
+
+
+def test_a_grouping_by_derivation_path_is_hashed_in_memory_and_only_that_read_gets_the_memory(pg_env):
+    """The planner prices each group of comma-joined figures at 8 kB: with thousands of derivation paths it sorted
+    the rows on disk rather than hash them. The reader runs such a grouping with GROUPING_WORK_MEM, in its own
+    transaction; every other read keeps the server's setting, and a filter by tag (a join) is not marked."""
+    import asyncio
+
+    from buildreport.filters import GroupBy
+    from buildreport.store import open_reader
+    from buildreport.store.postgres.connection import GROUPING_WORK_MEM, HashedGrouping
+
+    pg_env.load([record(n, derivation_path=f"/nix/store/{n:032d}-p{n}.drv") for n in range(1, 3001)])
+    ((account_id,),) = query(pg_env.db, "SELECT account_id FROM accounts WHERE name = 'acme'")
+    with psycopg.connect(pg_env.db, autocommit=True) as conn:
+        conn.execute("ANALYZE builds")
+    window = BuildFilter(create_from_us=0)
+    sql, params = postgres_stats.stats_rows(account_id, window, GroupBy("derivation_path"), queue_times=False)
+    assert isinstance(sql, HashedGrouping)
+    tagged = BuildFilter(create_from_us=0, tags=(("project", "web"),))
+    assert not isinstance(postgres_stats.stats_rows(account_id, tagged, GroupBy("derivation"))[0], HashedGrouping)
+    assert not isinstance(postgres_stats.stats_rows(account_id, window, GroupBy("status"))[0], HashedGrouping)
+
+    def top_node(settings: list[str]) -> str:
+        with psycopg.connect(pg_env.db) as conn:  # one transaction: SET LOCAL holds until it ends
+            for setting in settings:
+                conn.execute(setting)
+            ((plan,),) = conn.execute(f"EXPLAIN (FORMAT JSON) {translate(sql)}", params).fetchall()
+        return plan[0]["Plan"]["Node Type"] + " " + plan[0]["Plan"].get("Strategy", "")
+
+    assert top_node([]) == "Aggregate Sorted"
+    assert top_node([GROUPING_WORK_MEM]) == "Aggregate Hashed"
+
+    async def settings() -> list[object]:
+        reader = await open_reader(pg_env.db)
+        try:
+            shown = "SELECT current_setting('work_mem')"
+            grouped = await reader.stats_rows(account_id, window, GroupBy("derivation_path"), queue_times=False)
+            return [await reader._rows((HashedGrouping(shown), [])), await reader._rows((shown, [])), len(grouped)]
+        finally:
+            await reader.close()
+
+    hashed, plain, groups = asyncio.run(settings())
+    assert GROUPING_WORK_MEM.endswith(f"'{hashed[0][0]}'") and plain != hashed
+    assert groups == 3000

@@ -28,6 +28,18 @@ BUILDS_CHANNEL = "buildreport_builds"
 SEARCH_PATH = "public, auth"  # tokens live in schema `auth`, as the tokens file is attached as `auth` in SQLite
 
 
+# The memory a grouping of every build of a window may hash in (SET LOCAL, its transaction only). The planner
+# prices a group of comma-joined figures at 8 kB, so below this it sorts a month of 10M builds' rows on disk
+# instead, and took twice as long (bench/notes.md); the hash table it then builds takes some 36 MB.
+GROUPING_WORK_MEM = "SET LOCAL work_mem = '128MB'"
+
+
+class HashedGrouping(str):
+    """SQL that groups every matching build of one table's index range by derivation path in one pass, which the
+    reader runs with GROUPING_WORK_MEM. Only for a read of builds alone: more memory also makes hash joins look
+    cheaper."""
+
+
 @functools.lru_cache(maxsize=1024)
 def translate(sql: str) -> str:
     """`?` placeholders as psycopg's `%s`; a literal `%` doubled. The store's SQL holds no `?` in literals."""

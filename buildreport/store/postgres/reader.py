@@ -24,7 +24,15 @@ from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.errors import QUEUE_LENGTH, QUEUE_WAIT
 from buildreport.store.filter_sql import BinaryResults
 from buildreport.store.postgres import stats_queries as postgres_stats
-from buildreport.store.postgres.connection import BUILDS_CHANNEL, TOKENS_CHANNEL, configure, connect_kwargs, translate
+from buildreport.store.postgres.connection import (
+    BUILDS_CHANNEL,
+    GROUPING_WORK_MEM,
+    TOKENS_CHANNEL,
+    HashedGrouping,
+    configure,
+    connect_kwargs,
+    translate,
+)
 from buildreport.store.postgres.listener import Changes
 from buildreport.store.queue import Turns
 from buildreport.store.reader import KeptBuilds, Reader
@@ -70,6 +78,10 @@ async def _fetch_now(pool: AsyncConnectionPool, query: queries.Query) -> list[tu
     for attempt in (1, 2):
         async with pool.connection() as conn:
             try:
+                if isinstance(sql, HashedGrouping):
+                    async with conn.transaction():
+                        await conn.execute(GROUPING_WORK_MEM)
+                        return await (await conn.execute(translate(sql), tuple(params))).fetchall()
                 cursor = await conn.execute(translate(sql), tuple(params), binary=isinstance(sql, BinaryResults))
                 return await cursor.fetchall() if cursor.description is not None else []
             except psycopg.OperationalError:
