@@ -28,9 +28,9 @@ BUILDS_CHANNEL = "buildreport_builds"
 SEARCH_PATH = "public, auth"  # tokens live in schema `auth`, as the tokens file is attached as `auth` in SQLite
 
 
-# The memory a grouping of every build of a window may hash in (SET LOCAL, its transaction only). The planner
-# prices a group of comma-joined figures at 8 kB, so below this it sorts a month of 10M builds' rows on disk
-# instead, and took twice as long (bench/notes.md); the hash table it then builds takes some 36 MB.
+# The memory a grouping of a window's builds by derivation path may hash in (SET LOCAL, its transaction only).
+# The planner prices a group of comma-joined figures at 8 kB, so below this it sorts a month of 10M builds' rows
+# on disk instead, and took twice as long (bench/notes.md); the hash table it then builds takes some 36 MB.
 GROUPING_WORK_MEM = "SET LOCAL work_mem = '128MB'"
 
 

@@ -109,7 +109,7 @@ def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, qu
     column = _GROUP_COLUMNS[group_by.kind]
     figures = figures_by_status("b", queue_times, POSTGRESQL.joined)
     sql = f"SELECT {column} AS g, b.status, {figures} FROM {source} WHERE {where} GROUP BY 1, 2"
-    # Thousands of derivation paths are what the planner overprices; its own transaction costs two round trips.
+    # Thousands of derivation paths are what the planner overprices; its own transaction costs three more round trips.
     by_path = group_by.kind in ("derivation", "derivation_path") and not build_filter.tags
     return (HashedGrouping(sql) if by_path else sql), params
 
