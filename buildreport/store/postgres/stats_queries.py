@@ -1,7 +1,7 @@
 """The statistics queries of PostgreSQL: what store/stats_queries.py does with SQLite's index walks, with the same
 rows (see that module's docstring): `(value, status, [builds, cpu seconds, [durations], [queue times]])`, a day's
-kept figures as their binary value (store/day_figures.py, store/day_summaries.py), or a tag value's figures of
-every status.
+kept figures as their binary value (store/day_figures.py, store/day_summaries.py), or a tag value's or a
+derivation path's figures of every status.
 
 Both engines answer from the same kept figures and the same index ranges:
 
@@ -107,8 +107,14 @@ def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, qu
         )
     source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     column = _GROUP_COLUMNS[group_by.kind]
-    figures = figures_by_status("b", queue_times, POSTGRESQL.joined)
-    sql = f"SELECT {column} AS g, b.status, {figures} FROM {source} WHERE {where} GROUP BY 1, 2"
+    if group_by.kind in ("derivation", "derivation_path"):
+        # One row a path of every status, as SQLite gives: a path's builds are mostly of one or two statuses, and
+        # a row a status made as many rows again for Python to decode and merge.
+        figures = figures_by_kind("b", queue_times, POSTGRESQL.joined)
+        sql = f"SELECT {column} AS g, NULL, {figures} FROM {source} WHERE {where} GROUP BY 1"
+    else:
+        figures = figures_by_status("b", queue_times, POSTGRESQL.joined)
+        sql = f"SELECT {column} AS g, b.status, {figures} FROM {source} WHERE {where} GROUP BY 1, 2"
     # Thousands of derivation paths are what the planner overprices; its own transaction costs three more round trips.
     by_path = group_by.kind in ("derivation", "derivation_path") and not build_filter.tags
     return (HashedGrouping(sql) if by_path else sql), params
