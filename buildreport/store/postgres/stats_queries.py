@@ -107,7 +107,8 @@ def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, qu
         )
     source, where, params, _ = filter_sql.where(account_id, build_filter, "b")
     column = _GROUP_COLUMNS[group_by.kind]
-    if group_by.kind in ("derivation", "derivation_path"):
+    by_path = group_by.kind in ("derivation", "derivation_path")
+    if by_path:
         # One row a path of every status, as SQLite gives: a path's builds are mostly of one or two statuses, and
         # a row a status made as many rows again for Python to decode and merge.
         figures = figures_by_kind("b", queue_times, POSTGRESQL.joined)
@@ -116,8 +117,7 @@ def stats_rows(account_id: int, build_filter: BuildFilter, group_by: GroupBy, qu
         figures = figures_by_status("b", queue_times, POSTGRESQL.joined)
         sql = f"SELECT {column} AS g, b.status, {figures} FROM {source} WHERE {where} GROUP BY 1, 2"
     # Thousands of derivation paths are what the planner overprices; its own transaction costs three more round trips.
-    by_path = group_by.kind in ("derivation", "derivation_path") and not build_filter.tags
-    return (HashedGrouping(sql) if by_path else sql), params
+    return (HashedGrouping(sql) if by_path and not build_filter.tags else sql), params
 
 
 def kept_days(account_id: int, build_filter: BuildFilter, first: int, end: int) -> Query:
