@@ -498,6 +498,9 @@ class Bench:
              "pairs": [("group_by", "tag:project"), ("create_time_from", iso(now - timedelta(days=30)))]},
             {"key": "breakdown_day_year", "label": "/usage/breakdown group_by=day, one year", "kind": "breakdown",
              "pairs": [("group_by", "day"), ("from", first_year_ago.isoformat()), ("to", first_this.isoformat())]},
+            {"key": "breakdown_tag_month", "label": "/usage/breakdown group_by=tag:project, one month",
+             "kind": "breakdown",
+             "pairs": [("group_by", "tag:project"), ("from", first_last.isoformat()), ("to", first_this.isoformat())]},
             {"key": "dashboard_30d", "label": "/d/{signed link}?window=30d (dashboard)", "kind": "dashboard",
              "pairs": [("window", "30d")]},
         ]

@@ -41,14 +41,19 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-# Undoes the schema's last migration on a database: the builds table as it was before statistics read durations
-# and queue times from columns (for tests that bring an older database up to date).
-# A database before builds carried their system as a column (the schema's latest step).
-WITHOUT_SYSTEM_COLUMN = """
+# Scripts that take a database back to before a step of the schema, and undo every later step that could not run
+# twice (for tests that bring an older database up to date).
+# A database before tag rows carried their build's stop time (the schema's latest step).
+WITHOUT_TAG_STOPS = """
+DROP INDEX build_tags_by_stop;
+ALTER TABLE build_tags DROP COLUMN stop_us;
+"""
+# A database before builds carried their system as a column.
+WITHOUT_SYSTEM_COLUMN = WITHOUT_TAG_STOPS + """
 ALTER TABLE builds DROP COLUMN system;
 """
 # A database before each day's figures were kept in parts: both tables keyed without a part number.
-WITHOUT_FIGURE_PARTS = """
+WITHOUT_FIGURE_PARTS = WITHOUT_TAG_STOPS + """
 CREATE TABLE whole_days AS SELECT account_id, day_us, status, figures FROM day_figures;
 DROP TABLE day_figures;
 CREATE TABLE day_figures (account_id INTEGER NOT NULL, day_us INTEGER NOT NULL, status TEXT NOT NULL,

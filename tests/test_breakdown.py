@@ -51,9 +51,11 @@ def stop_date(r: dict[str, Any]) -> date | None:
     return (start + timedelta(microseconds=round(r["duration_seconds"] * 1_000_000))).astimezone(UTC).date()
 
 
-def plain_breakdown(low: date, high: date | None, group_by: str) -> list[dict[str, Any]]:
+def plain_breakdown(
+    low: date, high: date | None, group_by: str, records: list[dict[str, Any]] = RECORDS
+) -> list[dict[str, Any]]:
     groups: dict[str | None, list[int]] = {}
-    for r in RECORDS:
+    for r in records:
         stop = stop_date(r)
         if r["account"] != "acme" or r["build_status"] not in BILLABLE or stop is None:
             continue
@@ -139,3 +141,42 @@ def test_an_unknown_parameter_is_told_what_breakdown_takes(api):
     response = client.get("/usage/breakdown", params={"group": "day"}, headers=auth(secret))
     assert response.status_code == 400
     assert "from, group_by, to" in response.json()["invalid_params"][0]["reason"]
+
+
+def rewritten(r: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """The same build written again, its status, duration, CPU seconds or tags changed; a finished build stays
+    finished (a write that takes it back is not applied)."""
+    unfinished = ("pending", "running")
+    status = rng.choice([s for s in STATUSES if r["build_status"] in unfinished or s not in unfinished])
+    return {
+        **r,
+        "build_status": status,
+        "duration_seconds": None if status in ("pending", "running") else rng.uniform(0, 2 * 86_400),
+        "cpu_seconds": rng.randrange(100_000),
+        "tags": rng.choice([{}, {"project": "web"}, {"project": "cli"}, r["tags"]]),
+    }
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_breakdown_by_tag_follows_builds_written_again(request, engine, tmp_path):
+    """Usage by tag is read from the tag rows: a build written again (finished since, or its figures or tags
+    changed) moves between groups, and the groups still add up to /usage."""
+    rng = random.Random(9)
+    env = Env(tmp_path, new_database(request, engine, tmp_path))
+    env.load(RECORDS)
+    again = [rewritten(r, rng) for r in RECORDS if r["build_id"] % 3 == 0]
+    env.load(again)
+    latest = {r["build_id"]: r for r in [*RECORDS, *again]}
+    records = [latest[build_id] for build_id in sorted(latest)]
+    secret = env.token()
+    low = FIRST_DAY - timedelta(days=1)
+    with env.client() as client:
+        response = client.get("/usage/breakdown", params={"from": low.isoformat(), "group_by": "tag:project"},
+                              headers=auth(secret))
+        usage = client.get("/usage", params={"from": low.isoformat()}, headers=auth(secret)).json()
+    assert response.status_code == 200, response.text
+    groups = response.json()
+    assert groups == plain_breakdown(low, None, "tag:project", records)
+    assert {g["key"] for g in groups} == {"web", "api", "cli", None}
+    assert sum(g["billable_cpu_seconds"] for g in groups) == usage["billable_cpu_seconds"]
+    assert sum(g["billable_build_count"] for g in groups) == usage["billable_build_count"]

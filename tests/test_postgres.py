@@ -95,6 +95,7 @@ def test_migration_gives_stored_builds_their_system_and_the_indexes_that_carry_i
     assert fresh == [(1, "x86_64-linux"), (2, "aarch64-darwin")]
     with psycopg.connect(pg_env.db, autocommit=True) as conn:
         # The schema one step back: dropping the column drops the two indexes that include it.
+        _without_tag_stops(conn)
         conn.execute("ALTER TABLE builds DROP COLUMN system")
         conn.execute("CREATE INDEX builds_by_time ON builds (account_id, create_us, build_id)"
                      " INCLUDE (status, cpu_seconds, duration_text, queue_text, derivation_path)")
@@ -116,6 +117,7 @@ def test_migration_keeps_each_days_figures_as_its_first_part(pg_env, monkeypatch
              for table, key in tables.items()}
     assert all(len(rows) == 2 and all(row[-2] == 0 for row in rows) for rows in fresh.values())
     with psycopg.connect(pg_env.db, autocommit=True) as conn:
+        _without_tag_stops(conn)
         for table, key in tables.items():  # the schema one step back: keyed without a part number
             conn.execute(f"ALTER TABLE {table} DROP COLUMN part")
             conn.execute(f"ALTER TABLE {table} ADD PRIMARY KEY ({key})")
@@ -127,6 +129,27 @@ def test_migration_keeps_each_days_figures_as_its_first_part(pg_env, monkeypatch
         assert definition[0].endswith("status, part)"), definition
 
 
+def _without_tag_stops(conn: psycopg.Connection) -> None:
+    """Undo the schema's latest step, which cannot run twice: tag rows without their build's stop time."""
+    conn.execute("DROP INDEX build_tags_by_stop")
+    conn.execute("ALTER TABLE build_tags DROP COLUMN stop_us")
+
+
+def test_migration_gives_tag_rows_their_builds_stop_time_and_the_index_of_usage_by_tag(pg_env):
+    pg_env.load([record(1, tags={"project": "web"}), record(2, build_status="running", tags={"project": "ml"}),
+                 record(3, build_status="internal_error", tags={"run": "r3"})])
+    rows = "SELECT t.build_id, t.stop_us, b.stop_us FROM build_tags t JOIN builds b USING (build_id) ORDER BY 1"
+    fresh = query(pg_env.db, rows)
+    assert [row[0] for row in fresh] == [1, 2, 3] and all(row[1] == row[2] for row in fresh)
+    assert fresh[0][1] is not None and fresh[1][1] is None
+    with psycopg.connect(pg_env.db, autocommit=True) as conn:
+        _without_tag_stops(conn)
+        conn.execute("UPDATE buildreport_schema SET version = %s", (_step("ADD COLUMN stop_us"),))
+    assert query(pg_env.db, rows) == fresh
+    ((definition,),) = query(pg_env.db, "SELECT indexdef FROM pg_indexes WHERE indexname = 'build_tags_by_stop'")
+    assert "(account_id, key, stop_us, status, value, cpu_seconds)" in definition and "built" in definition
+
+
 def _step(text: str) -> int:
     """The schema version just before the migration step whose SQL holds `text`."""
     return next(i for i, step in enumerate(MIGRATIONS) if isinstance(step, str) and text in step)
@@ -135,6 +158,7 @@ def _step(text: str) -> int:
 def test_migration_makes_every_write_of_builds_announce_itself(pg_env):
     pg_env.load([record(1)])
     with psycopg.connect(pg_env.db, autocommit=True) as conn:
+        _without_tag_stops(conn)
         conn.execute("DROP TRIGGER builds_changed ON builds")
         conn.execute("DROP FUNCTION builds_changed()")
         conn.execute("UPDATE buildreport_schema SET version = %s", (_step("builds_changed"),))

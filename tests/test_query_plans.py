@@ -160,7 +160,7 @@ QUERIES = {
         for kind, query in (
             ("day", stats_queries.usage_by_day),
             ("system", stats_queries.usage_by_system),
-            ("tag", stats_queries.usage_tags),
+            ("tag", lambda account_id, usage: stats_queries.usage_by_tag(account_id, usage, "project")),
         )
         for name, to in (("open", None), ("closed", START + 1))
     },
@@ -313,7 +313,7 @@ PG_QUERIES = {
         for kind, query in (
             ("day", stats_queries.usage_by_day),
             ("system", stats_queries.usage_by_system),
-            ("tag", postgres_stats.usage_tags),
+            ("tag", lambda account_id, usage: stats_queries.usage_by_tag(account_id, usage, "project")),
         )
         for name, to in (("open", None), ("closed", START + 1))
     },

@@ -15,6 +15,7 @@ from records import (
     WITHOUT_STATS_COLUMNS,
     WITHOUT_SYSTEM_COLUMN,
     WITHOUT_TAG_FIGURES,
+    WITHOUT_TAG_STOPS,
     version_before,
 )
 
@@ -22,7 +23,7 @@ from buildreport.imports.files import ImportFailed
 from buildreport.imports.load import import_files
 from buildreport.models import Build
 from buildreport.store import tag_totals
-from buildreport.store.build_rows import body_hash
+from buildreport.store.build_rows import BILLABLE_TAG_ROWS, body_hash
 from buildreport.store.sqlite.bulk import DEFERRED_INDEXES
 from buildreport.store.sqlite.schema import SCHEMA_VERSION, open_database
 
@@ -124,6 +125,39 @@ def test_migration_gives_tag_rows_and_days_their_figures_as_a_fresh_import_write
     _migrated_from(tmp_path / "t.db", WITHOUT_TAG_FIGURES, "Each tag row carries its build")
     assert _tag_figures(tmp_path / "t.db") == fresh
     assert _day_figures(tmp_path / "t.db") == fresh_days
+
+
+def _tag_stops(db) -> list[tuple]:
+    """Each tag row's build, key and stop time, and the billable ones as the index of usage by tag holds them."""
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT build_id, key, stop_us FROM build_tags ORDER BY 1, 2").fetchall()
+    indexed = conn.execute(
+        "SELECT account_id, key, stop_us, status, value, cpu_seconds FROM build_tags INDEXED BY build_tags_by_stop"
+        f" WHERE account_id = 1 AND key > '' AND {BILLABLE_TAG_ROWS}"
+    ).fetchall()
+    conn.close()
+    return rows + indexed
+
+
+def test_migration_gives_tag_rows_their_builds_stop_time_as_a_fresh_import_writes_it(tmp_path):
+    records = [
+        record(1, cpu_seconds=7, tags={"project": "web"}),
+        record(2, build_status="build_failed", duration_seconds=30.5, tags={"project": "ml", "run": "r2"}),
+        record(3, build_status="running", tags={"project": "web"}),
+        record(4, build_status="internal_error", tags={"project": "web"}),
+        record(5),
+    ]
+    conn = open_database(tmp_path / "t.db")
+    import_files(conn, [write_jsonl(tmp_path / "a.jsonl", records)], 0)
+    conn.close()
+    fresh = _tag_stops(tmp_path / "t.db")
+    assert [row[:2] for row in fresh[:5]] == [(1, "project"), (2, "project"), (2, "run"), (3, "project"),
+                                              (4, "project")]
+    assert fresh[3][2] is None and None not in (fresh[0][2], fresh[1][2], fresh[4][2])
+    assert sorted(row[4] for row in fresh[5:]) == ["ml", "r2", "web"]  # builds 1 and 2: billable and stopped
+
+    _migrated_from(tmp_path / "t.db", WITHOUT_TAG_STOPS, "ADD COLUMN stop_us")
+    assert _tag_stops(tmp_path / "t.db") == fresh
 
 
 def _kept_figures(db) -> dict[str, list[tuple]]:

@@ -25,7 +25,6 @@ _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
 Values = Sequence[float]
 # A day's kept summary gives its percentiles, already ranked, in place of its values.
 Part = Values | Percentiles
-_TAGS = msgspec.json.Decoder(dict[str, str])
 
 
 def period_key(kind: str, start_us: int) -> str:
@@ -255,16 +254,6 @@ def usage_breakdown(rows: Iterable[tuple], group_by: GroupBy) -> list[UsageBreak
             UsageBreakdownGroup(key=period_key("day", day), billable_cpu_seconds=cpu, billable_build_count=builds)
             for day, cpu, builds in rows
         ]
-    totals: dict[str | None, list[int]] = {}
-    if group_by.kind == "system":
-        for system, cpu, builds in rows:
-            totals[system] = [cpu, builds]
-    else:
-        for tags, cpu in rows:
-            value = _TAGS.decode(tags).get(group_by.tag_key or "")
-            entry = totals.setdefault(value, [0, 0])
-            entry[0] += cpu
-            entry[1] += 1
-    ordered = sorted(totals.items(), key=lambda item: (-item[1][0], item[0] is None, item[0] or ""))
-    return [UsageBreakdownGroup(key=k, billable_cpu_seconds=cpu, billable_build_count=n) for k, (cpu, n) in ordered]
+    ordered = sorted(rows, key=lambda row: (-row[1], row[0] is None, row[0] or ""))
+    return [UsageBreakdownGroup(key=k, billable_cpu_seconds=cpu, billable_build_count=n) for k, cpu, n in ordered]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from buildreport.models import Build, BuildRecord, ImportRecord
-from buildreport.store.filter_sql import each_key
+from buildreport.models import BILLABLE, Build, BuildRecord, ImportRecord
+from buildreport.store.filter_sql import each_key, in_list
 from buildreport.store.links import LinkEnds, body_hash
 from buildreport.times import to_us
 
@@ -109,12 +109,12 @@ class Row(msgspec.Struct):
         )
 
     def tag_values(self) -> list[tuple]:
-        """Its rows of build_tags: each tag with the figures statistics by tag read, as the build's columns
-        hold them."""
+        """Its rows of build_tags, in the order of TAG_COLUMNS: each tag with the figures statistics and usage by
+        tag read, as the build's columns hold them."""
         b = self.build
         return [
             (self.account_id, k, v, self.create_us, b.build_id, self.status, b.cpu_seconds, self.duration_text,
-             self.queue_text)
+             self.queue_text, self.stop_us)
             for k, v in b.tags.items()
         ]
 
@@ -181,12 +181,38 @@ UPSERT_LOGS = (
     "INSERT INTO build_logs (build_id, size_bytes, zlib) VALUES (?, ?, ?)"
     " ON CONFLICT (build_id) DO UPDATE SET size_bytes = excluded.size_bytes, zlib = excluded.zlib"
 )
+# A tag row: its key, then its build's figures (every column a build's own: its JSON is the one source of both).
+TAG_COLUMNS = ("account_id", "key", "value", "create_us", "build_id", "status", "cpu_seconds", "duration_text",
+               "queue_text", "stop_us")  # fmt: skip
+_TAG_FIGURES = TAG_COLUMNS[5:]
 UPSERT_TAGS = (
-    "INSERT INTO build_tags (account_id, key, value, create_us, build_id, status, cpu_seconds, duration_text,"
-    " queue_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (account_id, key, value, create_us, build_id)"
-    " DO UPDATE SET status = excluded.status, cpu_seconds = excluded.cpu_seconds,"
-    " duration_text = excluded.duration_text, queue_text = excluded.queue_text"
+    f"INSERT INTO build_tags ({', '.join(TAG_COLUMNS)}) VALUES ({', '.join('?' * len(TAG_COLUMNS))})"
+    " ON CONFLICT (account_id, key, value, create_us, build_id) DO UPDATE SET "
+    + ", ".join(f"{name} = excluded.{name}" for name in _TAG_FIGURES)
 )
+
+
+# Usage by tag: each tag row carries its build's stop time, and the billable ones are indexed by key and stop time
+# with their value and CPU seconds, so that a breakdown by a tag's values reads one range of that index instead of
+# every billable build's JSON in range (bench/notes.md).
+BILLABLE_TAG_ROWS = f"stop_us IS NOT NULL AND status IN {in_list(BILLABLE)}"
+TAG_STOP_MIGRATION = (
+    "ALTER TABLE build_tags ADD COLUMN stop_us {integer};\n"
+    "UPDATE build_tags AS t SET stop_us = b.stop_us FROM builds AS b WHERE b.build_id = t.build_id"
+    " AND b.stop_us IS NOT NULL;\n"
+    "CREATE INDEX build_tags_by_stop ON build_tags (account_id, key, stop_us, status, value, cpu_seconds)"
+    f" WHERE {BILLABLE_TAG_ROWS};\n"
+)
+
+
+def tags_of_builds(json_tags: str) -> str:
+    """INSERT of the tag rows of builds `b`, as Row.tag_values makes them, read from each build's JSON by the
+    engine's `json_tags` (a table of key and value, joined laterally): a load writes them once its builds are in."""
+    figures = ", ".join(f"b.{name}" for name in ("create_us", "build_id", *_TAG_FIGURES))
+    return (
+        f"INSERT INTO build_tags ({', '.join(TAG_COLUMNS)}) SELECT b.account_id, t.key, t.value, {figures}"
+        f" FROM builds AS b {json_tags}"
+    )
 
 
 def builds_by_source(account_id: int, sources: Sequence[str]) -> tuple[str, list[object]]:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from buildreport.models import BILLABLE
 from buildreport.store import day_figures, day_summaries, tag_totals
-from buildreport.store.build_rows import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS
+from buildreport.store.build_rows import BUILD_COLUMNS, UPSERT_BUILDS, UPSERT_LOGS, tags_of_builds
 from buildreport.store.engines import Connection
 from buildreport.store.links import Conflict, LinkEnds, link_peers
 from buildreport.store.queries import US_PER_DAY, US_PER_HOUR
@@ -148,12 +148,7 @@ _PARTS_ROW = f"INSERT INTO {_PARTS} ({', '.join(_TAG_TOTALS_COLUMNS)}) VALUES ({
 _LOG_COLUMNS = ("build_id", "size_bytes", "zlib")
 # A batch's tag rows, as Row.tag_values makes them, read by SQLite from the builds' JSON just inserted:
 # binding millions of tag rows as parameters, and sending them from the reading process, would cost more.
-_TAGS_OF_BUILDS = (
-    "INSERT INTO build_tags (account_id, key, value, create_us, build_id, status, cpu_seconds, duration_text,"
-    " queue_text) SELECT b.account_id, t.key, t.value, b.create_us, b.build_id, b.status, b.cpu_seconds,"
-    " b.duration_text, b.queue_text FROM builds AS b, json_each(CAST(b.body AS TEXT), '$.tags') AS t"
-    " WHERE b.build_id IN ({marks})"
-)
+_TAGS_OF_BUILDS = tags_of_builds(", json_each(CAST(b.body AS TEXT), '$.tags') AS t WHERE b.build_id IN ({marks})")
 _USAGE = "INSERT INTO daily_usage (account_id, day_us, builds, cpu_seconds) VALUES (?, ?, ?, ?)"
 # A database with no builds has no totals either; anything left in these tables would be out of step.
 _TOTALS_TABLES = ("hourly_totals", "daily_totals", "daily_usage", "day_figures", "day_summaries", "tag_pairs",

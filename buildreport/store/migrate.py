@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from buildreport.store.build_rows import BUILD_COLUMNS
+from buildreport.store.build_rows import BUILD_COLUMNS, TAG_COLUMNS
 from buildreport.store.errors import DatabaseError
 from buildreport.store.postgres import bulk
 from buildreport.store.postgres.schema import open_database as open_postgres
@@ -26,8 +26,7 @@ _TOTALS = ("account_id", "period_us", "status", "builds", "cpu_seconds", "durati
 TABLES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("accounts", ("account_id", "name", "created_us")),
     ("builds", BUILD_COLUMNS),
-    ("build_tags", ("account_id", "key", "value", "create_us", "build_id", "status", "cpu_seconds", "duration_text",
-                    "queue_text")),
+    ("build_tags", TAG_COLUMNS),
     ("build_logs", ("build_id", "size_bytes", "zlib")),
     ("day_figures", ("account_id", "day_us", "status", "part", "figures")),
     ("day_summaries", ("account_id", "day_us", "figures")),

@@ -107,7 +107,7 @@ class Reader(abc.ABC):
     """The queries that serve requests, on the connections of one engine."""
 
     dialect: Dialect
-    # The queries that differ between the engines: stats_parts, newest_of_paths and usage_tags.
+    # The queries that differ between the engines: stats_parts and newest_of_paths.
     engine_stats: Any = stats_queries
     kept: KeptBuilds  # set by each engine; trusted while builds_version() is unchanged
     _pending: set[asyncio.Task[None]]  # token writes under way, waited for on close (set by each engine)
@@ -280,12 +280,12 @@ class Reader(abc.ABC):
         return marks
 
     async def usage_rows(self, account_id: int, query: UsageQuery, group_by: GroupBy) -> list[tuple]:
-        """Usage rows for a breakdown: by day and by system summed in SQL, by tag one row a build."""
+        """Usage rows for a breakdown, summed in SQL: (day, CPU seconds, builds), or the same by system or tag value."""
         if group_by.kind == "day":
             return await self._rows(stats_queries.usage_by_day(account_id, query))
         if group_by.kind == "system":
             return await self._rows(stats_queries.usage_by_system(account_id, query))
-        return await self._rows(self.engine_stats.usage_tags(account_id, query))
+        return await self._rows(stats_queries.usage_by_tag(account_id, query, group_by.tag_key or ""))
 
     async def export_pages(
         self, account_id: int, build_filter: BuildFilter, size: int = EXPORT_PAGE

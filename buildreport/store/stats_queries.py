@@ -38,6 +38,7 @@ import msgspec
 from buildreport.filters import BuildFilter, Cursor, GroupBy, ListQuery, UsageQuery, set_fields
 from buildreport.models import BILLABLE, DISCARDED, FAILED, SUCCESSFUL, UNFINISHED, BuildStatus
 from buildreport.store import filter_sql, tag_figures
+from buildreport.store.build_rows import BILLABLE_TAG_ROWS
 from buildreport.store.day_figures import DAY_FIGURES
 from buildreport.store.day_summaries import DAY_SUMMARIES
 from buildreport.store.dialect import SQLITE
@@ -49,7 +50,7 @@ from buildreport.times import now_us
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
 _IDS = msgspec.json.Decoder(list[int])
 # Names of the row sources a statistics query makes itself (not tables): scanning them reads no table.
-ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "p", "v", "value_groups")
+ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "p", "v", "value_groups", "tagged", "s")
 
 
 Concat = Callable[[str], str]
@@ -305,7 +306,7 @@ def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[
     return sql, [*paths, account_id, *condition_params]
 
 
-def stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:
+def _stopped_billable(query: UsageQuery) -> tuple[str, list[object]]:
     where = f"b.account_id = ? AND b.stop_us IS NOT NULL AND b.stop_us >= ? AND b.status IN {in_list(BILLABLE)}"
     params: list[object] = [query.from_us]
     if query.to_us is not None:
@@ -324,15 +325,34 @@ def usage_by_day(account_id: int, query: UsageQuery) -> Query:
 
 def usage_by_system(account_id: int, query: UsageQuery) -> Query:
     """(system, CPU seconds, builds) of the billable builds that stopped in range."""
-    where, params = stopped_billable(query)
+    where, params = _stopped_billable(query)
     sql = f"SELECT b.system, sum(b.cpu_seconds), count(*) FROM builds b WHERE {where} GROUP BY 1"
     return sql, [account_id, *params]
 
 
-def usage_tags(account_id: int, query: UsageQuery) -> Query:
-    """(tags as JSON, CPU seconds) of each billable build that stopped in range."""
-    where, params = stopped_billable(query)
-    return f"SELECT b.body -> '$.tags', b.cpu_seconds FROM builds b WHERE {where}", [account_id, *params]
+def usage_by_tag(account_id: int, query: UsageQuery, key: str) -> Query:
+    """(value, CPU seconds, builds) of each value of the tag `key` among the billable builds that stopped in
+    range, from one range of `build_tags_by_stop`; then (null, ...) of those without the tag, if any: the daily
+    usage of the range (the builds stored) less the tagged."""
+    to = query.to_us is not None
+    bounds: list[object] = [query.from_us, *([query.to_us] if to else [])]
+    tagged = (
+        "SELECT value, sum(cpu_seconds) AS cpu_seconds, count(*) AS builds FROM build_tags"
+        f" WHERE account_id = ? AND key = ? AND stop_us >= ?{' AND stop_us < ?' if to else ''}"
+        f" AND {BILLABLE_TAG_ROWS} GROUP BY value"
+    )
+    stored = (
+        "SELECT coalesce(sum(cpu_seconds), 0) AS cpu_seconds, coalesce(sum(builds), 0) AS builds FROM daily_usage"
+        f" WHERE account_id = ? AND day_us >= ?{' AND day_us < ?' if to else ''}"
+    )
+    sql = (
+        f"WITH tagged AS ({tagged}), stored AS ({stored})"
+        " SELECT value, cpu_seconds, builds FROM tagged UNION ALL"
+        " SELECT NULL, s.cpu_seconds - (SELECT coalesce(sum(cpu_seconds), 0) FROM tagged),"
+        " s.builds - (SELECT coalesce(sum(builds), 0) FROM tagged) FROM stored AS s"
+        " WHERE s.builds > (SELECT coalesce(sum(builds), 0) FROM tagged)"
+    )
+    return sql, [account_id, key, *bounds, account_id, *bounds]
 
 
 def export_keys(

@@ -16,6 +16,7 @@ import psycopg
 
 from buildreport.models import BILLABLE
 from buildreport.store import day_figures
+from buildreport.store.build_rows import tags_of_builds
 from buildreport.store.filter_sql import in_list
 from buildreport.store.kept import SUMMED_FIGURES, US_PER_DAY, US_PER_HOUR
 
@@ -38,12 +39,7 @@ def copy_rows(
 
 
 # The tag rows of every build, as Row.tag_values makes them, read from the builds' JSON once they are all in.
-TAGS_OF_BUILDS = (
-    "INSERT INTO build_tags (account_id, key, value, create_us, build_id, status, cpu_seconds, duration_text,"
-    " queue_text) SELECT b.account_id, t.key, t.value, b.create_us, b.build_id, b.status, b.cpu_seconds,"
-    " b.duration_text, b.queue_text FROM builds AS b"
-    " CROSS JOIN LATERAL json_each_text(convert_from(b.body, 'UTF8')::json -> 'tags') AS t"
-)
+TAGS_OF_BUILDS = tags_of_builds("CROSS JOIN LATERAL json_each_text(convert_from(b.body, 'UTF8')::json -> 'tags') AS t")
 # Each account's sums, exact (`numeric`), to refuse a load before totals that would not fit are written.
 ACCOUNT_SUMS = (
     "SELECT account_id, sum(cpu_seconds), coalesce(sum(duration_us), 0), sum(nar_size_bytes) FROM builds"

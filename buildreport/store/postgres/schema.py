@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from buildreport.store import day_figures, day_summaries, events_schema, tag_figures, tag_totals, trust
+from buildreport.store.build_rows import TAG_STOP_MIGRATION
 from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.postgres.connection import BUILDS_CHANNEL, MIGRATION_LOCK, TOKENS_CHANNEL, PgConnection
 
@@ -246,6 +247,8 @@ MIGRATIONS: tuple[str | Callable[[psycopg.Connection[Any]], None], ...] = (
     _add_tag_day_figures,
     # Each day's figures in parts (see the SQLite schema).
     _keep_figures_in_parts,
+    # Usage by tag from the tag rows (see build_rows.py).
+    TAG_STOP_MIGRATION.format(integer="BIGINT"),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

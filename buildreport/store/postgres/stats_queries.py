@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from buildreport.filters import BuildFilter, GroupBy, UsageQuery, set_fields
+from buildreport.filters import BuildFilter, GroupBy, set_fields
 from buildreport.models import FAILED
 from buildreport.store import filter_sql, tag_figures
 from buildreport.store.day_figures import DAY_FIGURES
@@ -30,9 +30,8 @@ from buildreport.store.dialect import POSTGRESQL
 from buildreport.store.filter_sql import BinaryResults, Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, answers, whole_and_edges
 from buildreport.store.postgres.connection import HashedGrouping
-from buildreport.store.stats_queries import TAG_ROW_FIELDS, figures_by_kind, figures_by_status, stopped_billable
+from buildreport.store.stats_queries import TAG_ROW_FIELDS, figures_by_kind, figures_by_status
 
-JSON = "convert_from(b.body, 'UTF8')::json"  # a build's stored JSON, taken apart only where a figure needs it
 _GROUP_COLUMNS = {
     "day": f"b.create_us - b.create_us % {US_PER_DAY}",
     "hour": f"b.create_us - b.create_us % {US_PER_HOUR}",
@@ -186,7 +185,3 @@ def newest_of_paths(account_id: int, build_filter: BuildFilter, paths: Sequence[
     return f"SELECT p.value, {newest} FROM unnest(?::text[]) AS p(value)", [account_id, *condition_params,
                                                                             list(paths)]
 
-
-def usage_tags(account_id: int, query: UsageQuery) -> Query:
-    where, params = stopped_billable(query)
-    return f"SELECT {JSON} -> 'tags', b.cpu_seconds FROM builds b WHERE {where}", [account_id, *params]

@@ -37,10 +37,11 @@ def bulk_write(conn: sqlite3.Connection) -> Iterator[None]:
             set_journal(conn, "wal", BUSY_TIMEOUT_MS)
 
 
-# Indexes of builds that an import's writes never read (they look builds up by id and source id): made once,
-# from the sorted rows, after the last build is in, which costs less than keeping them up row by row
+# Indexes that an import's writes never read (they look builds up by id and source id, tag rows by their key):
+# made once, from the sorted rows, after the last build is in, which costs less than keeping them up row by row
 # (bench/store.md).
-DEFERRED_INDEXES = ("builds_by_time", "builds_by_derivation", "builds_by_stop", "builds_for_stats", "builds_by_name")
+DEFERRED_INDEXES = ("builds_by_time", "builds_by_derivation", "builds_by_stop", "builds_for_stats", "builds_by_name",
+                    "build_tags_by_stop")
 # When a reading process prepares the rows (store.fresh_load), the inserting process has time to spare while it
 # waits for them: it keeps up the indexes whose keys arrive in about the order they sort (times of creation and
 # stop) as it goes, and makes only the ones in derivation order at the end (bench/store.md).

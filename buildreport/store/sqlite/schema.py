@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from buildreport.faults import describe_sqlite_error
-from buildreport.store import day_figures, day_summaries, events_schema, tag_figures, tag_totals, trust
+from buildreport.store import build_rows, day_figures, day_summaries, events_schema, tag_figures, tag_totals, trust
 from buildreport.store.dialect import SQLITE
 from buildreport.store.errors import DatabaseError
 from buildreport.store.sqlite.writelock import lock_path
@@ -39,8 +39,7 @@ _TOTALS_TABLE = """
 
 
 def _add_day_summaries(conn: sqlite3.Connection) -> None:
-    """Once each day's statistics over every status; statistics by day read day_figures alone now, and a later
-    step drops the table, so there is nothing to add."""
+    """Once each day's statistics over every status; a later step drops the table: there is nothing to add."""
 
 
 def _keep_day_summaries(conn: sqlite3.Connection) -> None:
@@ -234,6 +233,7 @@ MIGRATIONS += (
     # for each common value instead of its every build.
     _add_tag_day_figures,
     _keep_figures_in_parts,
+    build_rows.TAG_STOP_MIGRATION.format(integer="INTEGER"),  # usage by tag from the tag rows
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
