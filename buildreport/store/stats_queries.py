@@ -50,7 +50,7 @@ from buildreport.times import now_us
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
 _IDS = msgspec.json.Decoder(list[int])
 # Names of the row sources a statistics query makes itself (not tables): scanning them reads no table.
-ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "p", "v", "value_groups", "tagged", "s")
+ROW_SOURCES = ("bounds", "periods", "statuses", "tag_values", "paths", "p", "v", "value_groups", "tagged", "stored")
 
 
 Concat = Callable[[str], str]
@@ -348,9 +348,9 @@ def usage_by_tag(account_id: int, query: UsageQuery, key: str) -> Query:
     sql = (
         f"WITH tagged AS ({tagged}), stored AS ({stored})"
         " SELECT value, cpu_seconds, builds FROM tagged UNION ALL"
-        " SELECT NULL, s.cpu_seconds - (SELECT coalesce(sum(cpu_seconds), 0) FROM tagged),"
-        " s.builds - (SELECT coalesce(sum(builds), 0) FROM tagged) FROM stored AS s"
-        " WHERE s.builds > (SELECT coalesce(sum(builds), 0) FROM tagged)"
+        " SELECT NULL, stored.cpu_seconds - (SELECT coalesce(sum(cpu_seconds), 0) FROM tagged),"
+        " stored.builds - (SELECT coalesce(sum(builds), 0) FROM tagged) FROM stored"
+        " WHERE stored.builds > (SELECT coalesce(sum(builds), 0) FROM tagged)"
     )
     return sql, [account_id, key, *bounds, account_id, *bounds]
 
