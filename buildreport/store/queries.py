@@ -132,11 +132,16 @@ def summary(account_id: int, build_filter: BuildFilter, promoted: bool = False) 
     return _joined(parts)
 
 
+def usage_day_range(account_id: int, query: UsageQuery) -> tuple[str, list[object]]:
+    """The condition on a table of usage by day (daily_usage, kept_usage) that picks the query's days."""
+    where = "account_id = ? AND day_us >= ?" + (" AND day_us < ?" if query.to_us is not None else "")
+    return where, [account_id, query.from_us] + ([query.to_us] if query.to_us is not None else [])
+
+
 def usage_days(account_id: int, query: UsageQuery) -> Query:
     """(day_us, cpu_seconds, builds) rows of the query's days: the daily usage of the builds stored, and the
     usage that `prune` kept of builds it removed (kept_usage)."""
-    where = "account_id = ? AND day_us >= ?" + (" AND day_us < ?" if query.to_us is not None else "")
-    params: list[object] = [account_id, query.from_us] + ([query.to_us] if query.to_us is not None else [])
+    where, params = usage_day_range(account_id, query)
     sql = (
         f"SELECT day_us, cpu_seconds, builds FROM daily_usage WHERE {where}"
         f" UNION ALL SELECT day_us, cpu_seconds, builds FROM kept_usage WHERE {where}"

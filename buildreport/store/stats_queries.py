@@ -44,7 +44,7 @@ from buildreport.store.day_summaries import DAY_SUMMARIES
 from buildreport.store.dialect import SQLITE
 from buildreport.store.filter_sql import BinaryResults, Query, in_list
 from buildreport.store.kept import US_PER_DAY, US_PER_HOUR, WINDOW, KeptTable, answers
-from buildreport.store.queries import ordered, usage_days
+from buildreport.store.queries import ordered, usage_day_range, usage_days
 from buildreport.times import now_us
 
 _PERIODS = {"day": US_PER_DAY, "hour": US_PER_HOUR}
@@ -335,15 +335,15 @@ def usage_by_tag(account_id: int, query: UsageQuery, key: str) -> Query:
     range, from one range of `build_tags_by_stop`; then (null, ...) of those without the tag, if any: the daily
     usage of the range (the builds stored) less the tagged."""
     to = query.to_us is not None
-    bounds: list[object] = [query.from_us, *([query.to_us] if to else [])]
     tagged = (
         "SELECT value, sum(cpu_seconds) AS cpu_seconds, count(*) AS builds FROM build_tags"
         f" WHERE account_id = ? AND key = ? AND stop_us >= ?{' AND stop_us < ?' if to else ''}"
         f" AND {BILLABLE_TAG_ROWS} GROUP BY value"
     )
+    days, day_params = usage_day_range(account_id, query)
     stored = (
         "SELECT coalesce(sum(cpu_seconds), 0) AS cpu_seconds, coalesce(sum(builds), 0) AS builds FROM daily_usage"
-        f" WHERE account_id = ? AND day_us >= ?{' AND day_us < ?' if to else ''}"
+        f" WHERE {days}"
     )
     sql = (
         f"WITH tagged AS ({tagged}), stored AS ({stored})"
@@ -352,7 +352,8 @@ def usage_by_tag(account_id: int, query: UsageQuery, key: str) -> Query:
         " stored.builds - (SELECT coalesce(sum(builds), 0) FROM tagged) FROM stored"
         " WHERE stored.builds > (SELECT coalesce(sum(builds), 0) FROM tagged)"
     )
-    return sql, [account_id, key, *bounds, account_id, *bounds]
+    stops = day_params[1:]  # the range's bounds, as stop times: a day's usage is of the builds that stopped in it
+    return sql, [account_id, key, *stops, *day_params]
 
 
 def export_keys(
